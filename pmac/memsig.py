@@ -1,0 +1,110 @@
+"""Memory-signature tables: machine-independent behaviour of each compute burst and function.
+
+Stored in ``memory.npz`` beside the signature YAML. A burst is keyed by ``(rank, seq)``: the
+compute that ends at call ``seq`` of that rank in the events table (see pmac.trace).
+
+Reuse distances are LRU stack distances in *distinct cache lines* at a given line size, in
+fixed log bins (:data:`REUSE_BIN_EDGES_LINES`): bin ``i`` counts accesses with distance ``d``
+in ``[edges[i], edges[i+1])``; the last bin (:data:`COLD_BIN`) counts first touches (infinite
+distance). With fully-associative LRU, an access hits a cache of ``C`` lines iff ``d < C``.
+
+Units shared with the profile's compute probes: ``dep_distance_mean`` is the mean def-use
+distance in instructions of floating-point instructions (weighted by execution count);
+``branch_miss_frac`` is the fraction of conditional branches a last-outcome predictor misses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .table import TableSpec
+
+#: Line sizes at which reuse histograms are recorded.
+LINE_SIZES_BYTES = (32, 64, 128, 256)
+
+#: Fixed bin edges in lines: 0, 1, then 4 bins per doubling up to 2**36 lines (rounded up to
+#: integers, duplicates removed). Shared by every signature; never change without a new
+#: schema version.
+REUSE_BIN_EDGES_LINES = np.unique(np.concatenate((
+    [0], np.ceil(2.0 ** (np.arange(0, 36 * 4 + 1) / 4.0)).astype(np.int64)))).astype(np.int64)
+N_REUSE_BINS = len(REUSE_BIN_EDGES_LINES)  # finite bins = len(edges) - 1, plus the cold bin
+COLD_BIN = N_REUSE_BINS - 1
+
+ACCESS_LOAD = 0
+ACCESS_STORE = 1
+
+
+def reuse_bin(distance_lines: np.ndarray) -> np.ndarray:
+    """Bin index of each stack distance; negative distance means cold (first touch)."""
+    d = np.asarray(distance_lines, dtype=np.int64)
+    idx = np.searchsorted(REUSE_BIN_EDGES_LINES, d, side="right") - 1
+    idx = np.minimum(idx, COLD_BIN - 1)
+    return np.where(d < 0, COLD_BIN, idx)
+
+
+def hit_fraction(hist: np.ndarray, cache_lines: float) -> float:
+    """Fraction of accesses with stack distance < cache_lines (fully associative LRU).
+
+    Within a bin, distances are taken as uniformly spread between its edges.
+    """
+    hist = np.asarray(hist, dtype=np.float64)
+    total = hist.sum()
+    if total <= 0:
+        return 0.0
+    edges = REUSE_BIN_EDGES_LINES.astype(np.float64)
+    lo = edges[:-1]
+    hi = edges[1:]
+    finite = hist[:COLD_BIN]
+    frac = np.clip((cache_lines - lo) / (hi - lo), 0.0, 1.0)
+    return float((finite * frac).sum() / total)
+
+
+BURSTS = TableSpec(name="bursts", columns=(
+    ("rank", "int32"),
+    ("seq", "int64"),
+    ("instructions", "int64"),
+    ("loads", "int64"),
+    ("stores", "int64"),
+    ("load_bytes", "int64"),
+    ("store_bytes", "int64"),
+    ("fp_scalar", "int64"),      # floating-point instructions by width
+    ("fp_128", "int64"),
+    ("fp_256", "int64"),
+    ("fp_512", "int64"),
+    ("flop", "float64"),         # floating-point operations (lanes x instructions)
+    ("branches", "int64"),
+    ("dep_distance_mean", "float64"),
+    ("branch_miss_frac", "float64"),
+    ("sample_frac", "float64"),  # fraction of accesses sampled for the reuse histograms
+))
+
+REUSE = TableSpec(name="reuse", columns=(
+    ("rank", "int32"),
+    ("seq", "int64"),            # burst key; -1 for whole-run / per-function rows
+    ("function", "U64"),         # '' for burst rows
+    ("line_bytes", "int32"),
+    ("access", "int8"),          # ACCESS_LOAD / ACCESS_STORE
+    ("bin", "int16"),
+    ("count", "float64"),        # scaled to the full (unsampled) access count
+))
+
+FUNCTIONS = TableSpec(name="functions", columns=(
+    ("rank", "int32"),
+    ("function", "U64"),
+    ("object", "U64"),
+    ("instructions", "int64"),
+    ("loads", "int64"),
+    ("stores", "int64"),
+    ("load_bytes", "int64"),
+    ("store_bytes", "int64"),
+    ("fp_scalar", "int64"),
+    ("fp_128", "int64"),
+    ("fp_256", "int64"),
+    ("fp_512", "int64"),
+    ("flop", "float64"),
+    ("branches", "int64"),
+    ("dep_distance_mean", "float64"),
+    ("branch_miss_frac", "float64"),
+))
+
+MEMORY_TABLES = {t.name: t for t in (BURSTS, REUSE, FUNCTIONS)}

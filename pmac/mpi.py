@@ -1,0 +1,82 @@
+"""Finding and launching MPI: one place for mpiexec, its flags and its environment.
+
+The project's MPI is the ``mpich`` wheel (its ``mpiexec`` sits beside the Python running
+pmac). Open MPI (a system MPI) needs ``--oversubscribe`` beyond the core count and, as root,
+``OMPI_ALLOW_RUN_AS_ROOT*``: without them it exits 0 having run nothing. Set here, not by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ToolMissingError
+
+
+@dataclass(frozen=True, kw_only=True)
+class MpiInstall:
+    mpiexec: str
+    mpicc: str | None
+    flavour: str  # 'mpich' or 'openmpi' or 'unknown'
+    version_text: str
+
+
+def _bindir_candidates() -> list[Path]:
+    here = Path(sys.executable).parent
+    return [here, Path(sys.prefix) / "bin"]
+
+
+def find_mpi(mpiexec: str | None = None) -> MpiInstall:
+    """Locate mpiexec (argument, then beside this Python, then PATH) and identify it."""
+    exe = mpiexec or os.environ.get("PMAC_MPIEXEC")
+    if not exe:
+        for d in _bindir_candidates():
+            if (d / "mpiexec").exists():
+                exe = str(d / "mpiexec")
+                break
+    if not exe:
+        exe = shutil.which("mpiexec")
+    if not exe or not Path(exe).exists() and not shutil.which(exe):
+        raise ToolMissingError("no MPI found: install the project's MPI with `pip install mpich mpi4py` "
+                               "(or set PMAC_MPIEXEC to an mpiexec)")
+    bindir = Path(exe).parent
+    mpicc = bindir / "mpicc"
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20)
+        text = (out.stdout + out.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolMissingError(f"{exe} does not run: {exc}") from None
+    low = text.lower()
+    flavour = "openmpi" if ("open mpi" in low or "open-rte" in low or "openrte" in low) else (
+        "mpich" if ("hydra" in low or "mpich" in low) else "unknown")
+    return MpiInstall(mpiexec=exe, mpicc=str(mpicc) if mpicc.exists() else shutil.which("mpicc"),
+                      flavour=flavour, version_text=text.splitlines()[0] if text else "")
+
+
+def mpi_env(base: dict | None = None) -> dict:
+    """Environment for launching: Open MPI's run-as-root permission, quiet MPICH warnings."""
+    env = dict(os.environ if base is None else base)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def launch_command(n_ranks: int, argv: list[str], *, mpi: MpiInstall | None = None,
+                   extra: list[str] | None = None, env_vars: dict[str, str] | None = None) -> list[str]:
+    """``mpiexec -n N [flags] argv`` with the flags this MPI needs."""
+    mpi = mpi or find_mpi()
+    cmd = [mpi.mpiexec, "-n", str(n_ranks)]
+    if mpi.flavour == "openmpi":
+        if n_ranks > (os.cpu_count() or 1):
+            cmd.append("--oversubscribe")
+        for k, v in (env_vars or {}).items():
+            cmd += ["-x", f"{k}={v}"]
+    else:
+        for k, v in (env_vars or {}).items():
+            cmd += ["-genv", k, v]
+    return cmd + list(extra or []) + list(argv)

@@ -1,0 +1,377 @@
+"""Machine profiles: what the probes measured, fitted into a model a prediction can use.
+
+File: ``machines/<name>.yaml`` (kind ``pmac.machine``) with a sidecar ``<name>.raw.npz``
+holding every probe repetition (tables of :data:`RAW_TABLES`). The YAML holds fitted values
+and the median curves; the raw repetitions stay apart so later work can turn their spread
+into prediction intervals.
+
+A profile may lack a section (``node``, ``network``, ``network.inter_node``, …): an imported
+kerncraft file has no network, an OSU import has no node. :meth:`MachineProfile.missing` lists
+what is absent; :meth:`MachineProfile.require` raises :class:`MissingSectionError` naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError, MissingSectionError
+from .schema import (check_document, from_dict, read_yaml, register_kind, save_document,
+                     sha256_file, to_dict)
+from .table import TableSpec
+
+KIND = "pmac.machine"
+register_kind(KIND, 1, {1: "first version: node (caches, memory, compute, curves), network "
+                           "(intra/inter-node links, collectives), overlap, raw sidecar"})
+
+#: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
+#: write unit-stride; copy reads one array and writes another (bytes counted both ways).
+ACCESS_KINDS = ("load_unit", "load_random", "store", "copy")
+
+#: Collective operations the collectives probe measures and the replay can price.
+COLLECTIVE_OPS = ("barrier", "bcast", "reduce", "allreduce", "allgather", "alltoall", "gather", "scatter")
+
+
+def _positive(name: str, value: float | None, *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def _check_kinds(name: str, mapping: dict[str, float]) -> None:
+    for k, v in mapping.items():
+        if k not in ACCESS_KINDS:
+            raise ValueError(f"{name}: unknown access kind '{k}' (known: {', '.join(ACCESS_KINDS)})")
+        _positive(f"{name}.{k}", v)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLevel:
+    """One cache level. Sizes are per instance; ``shared_by_cores`` cores share an instance."""
+
+    name: str
+    size_bytes: int
+    line_bytes: int = 64
+    ways: int = 8
+    shared_by_cores: int = 1
+    inclusive: bool = False
+    latency_s: float | None = None
+    #: plateau bandwidth per access kind, one core alone
+    bandwidth_1core_bytes_per_s: dict[str, float] = field(default_factory=dict)
+    #: plateau bandwidth per access kind, all cores of the node at once (sum over cores)
+    bandwidth_allcores_bytes_per_s: dict[str, float] = field(default_factory=dict)
+    #: where the geometry came from: 'measured+os', 'os', 'measured', 'imported:<file>'
+    source: str = "os"
+
+    def __post_init__(self):
+        if self.size_bytes <= 0 or self.line_bytes <= 0 or self.ways <= 0 or self.shared_by_cores <= 0:
+            raise ValueError(f"cache {self.name}: size, line, ways and sharing must be positive")
+        _positive(f"cache {self.name} latency_s", self.latency_s)
+        _check_kinds(f"cache {self.name} bandwidth_1core_bytes_per_s", self.bandwidth_1core_bytes_per_s)
+        _check_kinds(f"cache {self.name} bandwidth_allcores_bytes_per_s", self.bandwidth_allcores_bytes_per_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryLevel:
+    """Main memory: plateau bandwidths beyond the last cache, and load-to-use latency."""
+
+    latency_s: float | None = None
+    bandwidth_1core_bytes_per_s: dict[str, float] = field(default_factory=dict)
+    bandwidth_allcores_bytes_per_s: dict[str, float] = field(default_factory=dict)
+    size_bytes: int | None = None
+
+    def __post_init__(self):
+        _positive("memory latency_s", self.latency_s)
+        _check_kinds("memory bandwidth_1core_bytes_per_s", self.bandwidth_1core_bytes_per_s)
+        _check_kinds("memory bandwidth_allcores_bytes_per_s", self.bandwidth_allcores_bytes_per_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BandwidthCurve:
+    """Median bandwidth against working-set size for one access kind and core count."""
+
+    access: str
+    n_cores: int
+    working_set_bytes: tuple[float, ...]
+    bandwidth_bytes_per_s: tuple[float, ...]
+    #: relative spread (max-min)/median of the repetitions that ended each point
+    spread_frac: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        if self.access not in ACCESS_KINDS:
+            raise ValueError(f"bandwidth curve: unknown access kind '{self.access}'")
+        if len(self.working_set_bytes) != len(self.bandwidth_bytes_per_s):
+            raise ValueError("bandwidth curve: working_set_bytes and bandwidth_bytes_per_s differ in length")
+        if self.spread_frac and len(self.spread_frac) != len(self.working_set_bytes):
+            raise ValueError("bandwidth curve: spread_frac length differs")
+        if any(np.diff(self.working_set_bytes) <= 0):
+            raise ValueError("bandwidth curve: working_set_bytes must increase")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatencyCurve:
+    """Pointer-chase load-to-use latency against working-set size."""
+
+    working_set_bytes: tuple[float, ...]
+    latency_s: tuple[float, ...]
+
+    def __post_init__(self):
+        if len(self.working_set_bytes) != len(self.latency_s):
+            raise ValueError("latency curve: lengths differ")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeModel:
+    """Per-core compute rates and the dependency / branch probes (Carrington et al. 2005).
+
+    Units shared with memory signatures: ``dependency_distance`` is the mean def-use distance
+    in instructions of floating-point instructions; ``branch_miss_frac`` is the fraction of
+    conditional branches a last-outcome predictor gets wrong.
+    """
+
+    isa: str
+    flop_per_s_scalar: float
+    flop_per_s_simd: float
+    simd_width_bits: int = 256
+    clock_hz: float | None = None
+    dependency_distance: tuple[float, ...] = ()
+    dependency_flop_per_s: tuple[float, ...] = ()
+    branch_miss_frac: tuple[float, ...] = ()
+    branch_cost_s: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        _positive("flop_per_s_scalar", self.flop_per_s_scalar)
+        _positive("flop_per_s_simd", self.flop_per_s_simd)
+        if len(self.dependency_distance) != len(self.dependency_flop_per_s):
+            raise ValueError("dependency_distance and dependency_flop_per_s differ in length")
+        if len(self.branch_miss_frac) != len(self.branch_cost_s):
+            raise ValueError("branch_miss_frac and branch_cost_s differ in length")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeModel:
+    cpu_model: str
+    n_cores: int
+    caches: tuple[CacheLevel, ...]
+    memory: MemoryLevel
+    compute: ComputeModel | None = None
+    bandwidth_curves: tuple[BandwidthCurve, ...] = ()
+    latency_curve: LatencyCurve | None = None
+
+    def __post_init__(self):
+        if self.n_cores <= 0:
+            raise ValueError("n_cores must be positive")
+        sizes = [c.size_bytes for c in self.caches]
+        if sizes != sorted(sizes):
+            raise ValueError("caches must be listed from smallest (L1) to largest")
+
+    def curve(self, access: str, n_cores: int = 1) -> BandwidthCurve | None:
+        for c in self.bandwidth_curves:
+            if c.access == access and c.n_cores == n_cores:
+                return c
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkSegment:
+    """time(bytes) = latency_s + bytes / bandwidth_bytes_per_s for min_bytes <= bytes < max_bytes."""
+
+    min_bytes: float
+    max_bytes: float
+    latency_s: float
+    bandwidth_bytes_per_s: float
+
+    def __post_init__(self):
+        if not self.max_bytes > self.min_bytes >= 0:
+            raise ValueError(f"segment [{self.min_bytes}, {self.max_bytes}) is empty")
+        _positive("segment latency_s", self.latency_s, allow_zero=True)
+        _positive("segment bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkModel:
+    """A point-to-point network model (LogGP-like) fitted from ping-pong and overhead probes.
+
+    ``segments`` are authoritative for transfer time (one-way, no overheads); the scalar
+    ``latency_s``/``bandwidth_bytes_per_s`` summarise small- and large-message behaviour.
+    """
+
+    latency_s: float
+    bandwidth_bytes_per_s: float
+    eager_threshold_bytes: int
+    send_overhead_s: float = 0.0
+    recv_overhead_s: float = 0.0
+    segments: tuple[LinkSegment, ...] = ()
+    fit_r2: float | None = None
+    streaming_bandwidth_bytes_per_s: float | None = None
+    #: measured curve (medians): message size and one-way time
+    msg_bytes: tuple[float, ...] = ()
+    one_way_s: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        _positive("latency_s", self.latency_s, allow_zero=True)
+        _positive("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)
+        _positive("send_overhead_s", self.send_overhead_s, allow_zero=True)
+        _positive("recv_overhead_s", self.recv_overhead_s, allow_zero=True)
+        if self.eager_threshold_bytes < 0:
+            raise ValueError("eager_threshold_bytes must be >= 0")
+        for a, b in zip(self.segments, self.segments[1:]):
+            if a.max_bytes != b.min_bytes:
+                raise ValueError("segments must be contiguous and sorted")
+        if len(self.msg_bytes) != len(self.one_way_s):
+            raise ValueError("msg_bytes and one_way_s differ in length")
+
+    def transfer_time_s(self, msg_bytes: Any) -> np.ndarray:
+        """One-way wire time (excluding send/recv overheads) for an array of message sizes."""
+        m = np.asarray(msg_bytes, dtype=np.float64)
+        if not self.segments:
+            return self.latency_s + m / self.bandwidth_bytes_per_s
+        lo = np.array([s.min_bytes for s in self.segments])
+        idx = np.clip(np.searchsorted(lo, m, side="right") - 1, 0, len(self.segments) - 1)
+        lat = np.array([s.latency_s for s in self.segments])[idx]
+        bw = np.array([s.bandwidth_bytes_per_s for s in self.segments])[idx]
+        return lat + m / bw
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveCost:
+    """Measured time of one collective: op, bytes per rank, ranks -> median seconds."""
+
+    op: str
+    msg_bytes: int
+    n_ranks: int
+    time_s: float
+    spread_frac: float | None = None
+    placement: str = "intra_node"
+
+    def __post_init__(self):
+        if self.op not in COLLECTIVE_OPS:
+            raise ValueError(f"unknown collective '{self.op}' (known: {', '.join(COLLECTIVE_OPS)})")
+        _positive("collective time_s", self.time_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkModel:
+    intra_node: LinkModel | None = None
+    inter_node: LinkModel | None = None
+    collectives: tuple[CollectiveCost, ...] = ()
+    mpi_library: str = ""
+    #: optional topology for contention: a SimGrid platform file or a generator spec
+    topology: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapModel:
+    """How compute and memory time combine; a property of the machine, not of an application.
+
+    ``kind`` names the model (see pmac.convolve); ``params`` its parameters; ``calibrated_on``
+    lists the kernels or applications used, so a validation can exclude the one it predicts.
+    """
+
+    kind: str
+    params: dict[str, float] = field(default_factory=dict)
+    calibrated_on: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineProfile:
+    name: str
+    description: str = ""
+    node: NodeModel | None = None
+    network: NetworkModel | None = None
+    overlap: OverlapModel | None = None
+    #: nodes in the machine (for placement of ranks; cores per node from node.n_cores)
+    n_nodes: int = 1
+    #: sidecar with every probe repetition, relative to the YAML file
+    raw_file: str | None = None
+    raw_sha256: str | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.name or "/" in self.name:
+            raise ValueError(f"invalid machine name {self.name!r}")
+        if self.n_nodes <= 0:
+            raise ValueError("n_nodes must be positive")
+
+    def missing(self, sections: tuple[str, ...] = ("node", "node.compute", "network.intra_node",
+                                                    "network.inter_node")) -> list[str]:
+        """The dotted section names among ``sections`` that this profile lacks."""
+        out = []
+        for sec in sections:
+            obj: Any = self
+            for part in sec.split("."):
+                obj = getattr(obj, part, None) if obj is not None else None
+            if obj is None or obj == ():
+                out.append(sec)
+        return out
+
+    def require(self, *sections: str, needed_by: str = "") -> None:
+        lacking = self.missing(tuple(sections))
+        if lacking:
+            raise MissingSectionError(f"machine '{self.name}'", lacking[0], needed_by=needed_by)
+
+
+# ---------------------------------------------------------------- raw repetitions sidecar
+
+#: Tables of the raw sidecar: one row per repetition, nothing aggregated away.
+RAW_TABLES = {
+    "bandwidth": TableSpec(name="bandwidth", columns=(
+        ("access", "U16"), ("n_cores", "int32"), ("working_set_bytes", "int64"),
+        ("rep", "int32"), ("bandwidth_bytes_per_s", "float64"))),
+    "latency": TableSpec(name="latency", columns=(
+        ("working_set_bytes", "int64"), ("rep", "int32"), ("latency_s", "float64"))),
+    "pingpong": TableSpec(name="pingpong", columns=(
+        ("placement", "U16"), ("test", "U16"), ("msg_bytes", "int64"), ("rep", "int32"), ("time_s", "float64"))),
+    "collective": TableSpec(name="collective", columns=(
+        ("placement", "U16"), ("op", "U16"), ("msg_bytes", "int64"), ("n_ranks", "int32"),
+        ("rep", "int32"), ("time_s", "float64"))),
+    "compute": TableSpec(name="compute", columns=(
+        ("probe", "U24"), ("param", "float64"), ("rep", "int32"), ("value", "float64"))),
+}
+
+
+# ---------------------------------------------------------------- file I/O
+
+def load_profile(path: str | Path) -> MachineProfile:
+    """Load and validate ``machines/<name>.yaml``."""
+    path = Path(path)
+    body = check_document(read_yaml(path), KIND, path=path)
+    return from_dict(MachineProfile, body, path=path)
+
+
+def save_profile(profile: MachineProfile, path: str | Path) -> None:
+    """Write atomically: a failure leaves any previous file intact."""
+    save_document(path, KIND, to_dict(profile))
+
+
+def raw_path(profile: MachineProfile, yaml_path: str | Path) -> Path | None:
+    if profile.raw_file is None:
+        return None
+    return Path(yaml_path).parent / profile.raw_file
+
+
+def verify_raw(profile: MachineProfile, yaml_path: str | Path) -> None:
+    p = raw_path(profile, yaml_path)
+    if p is None:
+        return
+    if not p.exists():
+        raise InputError(f"raw sidecar '{profile.raw_file}' is missing", path=yaml_path)
+    if profile.raw_sha256 and sha256_file(p) != profile.raw_sha256:
+        raise InputError(f"raw sidecar '{profile.raw_file}' does not match its recorded sha256", path=yaml_path)
+
+
+def combine(node_from: MachineProfile, network_from: MachineProfile, *, name: str,
+            description: str = "") -> MachineProfile:
+    """A complete profile from the node of one profile and the network of another."""
+    node_from.require("node", needed_by="combine")
+    network_from.require("network", needed_by="combine")
+    return dataclasses.replace(
+        node_from, name=name, network=network_from.network,
+        description=description or f"node of {node_from.name}, network of {network_from.name}",
+        provenance={"combined_from": {"node": node_from.name, "network": network_from.name},
+                    "node_provenance": node_from.provenance, "network_provenance": network_from.provenance})

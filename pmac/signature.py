@@ -1,0 +1,126 @@
+"""Application signatures: ``signatures/<name>/`` = ``signature.yaml`` + ``events.npz``
+(+ ``memory.npz``).
+
+The YAML header (kind ``pmac.signature``) says what was traced and how; the tables hold the
+MPI events (pmac.trace) and, when a memory trace was taken, the memory signature
+(pmac.memsig). A :class:`Signature` carries the header and the loaded tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .errors import InputError
+from .memsig import MEMORY_TABLES
+from .schema import check_document, from_dict, read_yaml, register_kind, save_document, to_dict
+from .table import load_tables, save_tables
+from .trace import EVENT_TABLES, world_comm_table
+
+KIND = "pmac.signature"
+register_kind(KIND, 1, {1: "first version: header + events.npz (+ memory.npz)"})
+
+HEADER_FILE = "signature.yaml"
+EVENTS_FILE = "events.npz"
+MEMORY_FILE = "memory.npz"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignatureHeader:
+    name: str
+    n_ranks: int
+    #: how the events were obtained: 'pmpi', 'simgrid', 'otf2', 'synthetic'
+    source_format: str
+    description: str = ""
+    #: the traced command line, as run
+    command: str = ""
+    #: application parameters (e.g. input size) for tables and validation
+    parameters: dict[str, Any] = field(default_factory=dict)
+    #: MPI processor name of each rank during tracing (placement of the traced run)
+    rank_hosts: tuple[str, ...] = ()
+    mpi_library: str = ""
+    #: wall time of the traced run (includes tracing overhead); never used to predict
+    traced_wall_s: float | None = None
+    events_file: str = EVENTS_FILE
+    memory_file: str | None = None
+    #: whether burst_s was measured ('measured') or must come from the memory signature
+    burst_source: str = "measured"
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.n_ranks <= 0:
+            raise ValueError("n_ranks must be positive")
+        if self.rank_hosts and len(self.rank_hosts) != self.n_ranks:
+            raise ValueError(f"rank_hosts has {len(self.rank_hosts)} entries for {self.n_ranks} ranks")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Signature:
+    header: SignatureHeader
+    events: pd.DataFrame
+    requests: pd.DataFrame
+    vcounts: pd.DataFrame
+    comms: pd.DataFrame
+    #: memory tables ('bursts', 'reuse', 'functions'), empty dict when not traced
+    memory: dict[str, pd.DataFrame] = field(default_factory=dict)
+    path: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.header.name
+
+    @property
+    def n_ranks(self) -> int:
+        return self.header.n_ranks
+
+
+def make_signature(header: SignatureHeader, events: pd.DataFrame, *, requests=None, vcounts=None,
+                   comms=None, memory=None) -> Signature:
+    """Build a Signature with coerced tables (missing optional tables become empty)."""
+    et = EVENT_TABLES
+    return Signature(
+        header=header,
+        events=et["events"].coerce(events),
+        requests=et["requests"].coerce(requests) if requests is not None else et["requests"].empty(),
+        vcounts=et["vcounts"].coerce(vcounts) if vcounts is not None else et["vcounts"].empty(),
+        comms=et["comms"].coerce(comms) if comms is not None else world_comm_table(header.n_ranks),
+        memory={k: MEMORY_TABLES[k].coerce(v) for k, v in (memory or {}).items()},
+    )
+
+
+def load_signature(path: str | Path, *, with_memory: bool = True) -> Signature:
+    """Load ``signatures/<name>`` (the folder) or its ``signature.yaml``."""
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    yaml_path = folder / HEADER_FILE if path.is_dir() else path
+    if not yaml_path.exists():
+        raise InputError(f"no {HEADER_FILE} here: not a pmac signature", path=folder)
+    body = check_document(read_yaml(yaml_path), KIND, path=yaml_path)
+    header = from_dict(SignatureHeader, body, path=yaml_path)
+    tables = load_tables(folder / header.events_file, EVENT_TABLES, required=("events",))
+    memory = {}
+    if with_memory and header.memory_file:
+        memory = load_tables(folder / header.memory_file, MEMORY_TABLES)
+    sig = make_signature(header, tables["events"], requests=tables.get("requests"),
+                         vcounts=tables.get("vcounts"), comms=tables.get("comms"), memory=memory)
+    return dataclasses.replace(sig, path=str(folder))
+
+
+def save_signature(sig: Signature, folder: str | Path) -> Path:
+    """Write tables first, then the header (each atomically); returns the folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    header = sig.header
+    save_tables(folder / header.events_file,
+                {"events": sig.events, "requests": sig.requests, "vcounts": sig.vcounts, "comms": sig.comms},
+                EVENT_TABLES)
+    if sig.memory:
+        mf = header.memory_file or MEMORY_FILE
+        save_tables(folder / mf, sig.memory, MEMORY_TABLES)
+        header = dataclasses.replace(header, memory_file=mf)
+    save_document(folder / HEADER_FILE, KIND, to_dict(header))
+    return folder

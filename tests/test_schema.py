@@ -1,0 +1,118 @@
+import dataclasses
+import math
+import os
+
+import pytest
+
+from pmac.errors import InputError, SchemaVersionError
+from pmac.profile import (CacheLevel, ComputeModel, LinkModel, LinkSegment, MachineProfile, MemoryLevel,
+                          NetworkModel, NodeModel, combine, load_profile, save_profile)
+from pmac.schema import dump_yaml, read_yaml
+
+
+def small_profile(name="m1"):
+    node = NodeModel(
+        cpu_model="Test CPU", n_cores=2,
+        caches=(CacheLevel(name="L1", size_bytes=32768, bandwidth_1core_bytes_per_s={"load_unit": 1e11}),
+                CacheLevel(name="L2", size_bytes=1 << 20, ways=16, latency_s=4e-9)),
+        memory=MemoryLevel(latency_s=9e-8, bandwidth_1core_bytes_per_s={"load_unit": 1e10}),
+        compute=ComputeModel(isa="x86-64-v3", flop_per_s_scalar=1e9, flop_per_s_simd=8e9))
+    net = NetworkModel(intra_node=LinkModel(
+        latency_s=1e-7, bandwidth_bytes_per_s=1e10, eager_threshold_bytes=65536,
+        segments=(LinkSegment(min_bytes=0, max_bytes=65536, latency_s=1e-7, bandwidth_bytes_per_s=5e9),
+                  LinkSegment(min_bytes=65536, max_bytes=math.inf, latency_s=2e-6, bandwidth_bytes_per_s=1e10))))
+    return MachineProfile(name=name, node=node, network=net, provenance={"command": "test"})
+
+
+def test_profile_round_trip(tmp_path):
+    p = small_profile()
+    path = tmp_path / "m1.yaml"
+    save_profile(p, path)
+    assert load_profile(path) == p
+    text = path.read_text()
+    assert text.startswith("kind: pmac.machine\nschema_version: 1\n")
+
+
+def test_floats_without_dot_read_back_as_floats(tmp_path):
+    text = dump_yaml({"a": 1e9, "b": 1e-7, "c": 5.0, "d": math.inf})
+    assert "1.0e+" in text or "1000000000.0" in text
+    (tmp_path / "x.yaml").write_text(text)
+    back = read_yaml(tmp_path / "x.yaml")
+    assert back == {"a": 1e9, "b": 1e-7, "c": 5.0, "d": math.inf}
+    assert all(isinstance(v, float) for v in back.values())
+
+
+def test_unknown_key_is_an_error_naming_file_and_key(tmp_path):
+    path = tmp_path / "bad.yaml"
+    save_profile(small_profile(), path)
+    path.write_text(path.read_text().replace("cpu_model:", "cpu_modle:"))
+    with pytest.raises(InputError) as err:
+        load_profile(path)
+    assert str(path) in str(err.value) and "cpu_modle" in str(err.value)
+
+
+def test_newer_schema_version_refused(tmp_path):
+    path = tmp_path / "new.yaml"
+    save_profile(small_profile(), path)
+    path.write_text(path.read_text().replace("schema_version: 1", "schema_version: 99"))
+    with pytest.raises(SchemaVersionError, match="newer than this pmac"):
+        load_profile(path)
+
+
+def test_malformed_yaml_one_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("kind: pmac.machine\nschema_version: 1\nname: [unclosed\n")
+    with pytest.raises(InputError) as err:
+        load_profile(path)
+    assert "malformed YAML" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_wrong_kind(tmp_path):
+    path = tmp_path / "k.yaml"
+    path.write_text("kind: pmac.signature\nschema_version: 1\n")
+    with pytest.raises(InputError, match="expected kind 'pmac.machine'"):
+        load_profile(path)
+
+
+def test_invalid_value_from_post_init(tmp_path):
+    path = tmp_path / "neg.yaml"
+    save_profile(small_profile(), path)
+    path.write_text(path.read_text().replace("n_cores: 2", "n_cores: -2"))
+    with pytest.raises(InputError, match="n_cores must be positive"):
+        load_profile(path)
+
+
+def test_failed_write_keeps_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "keep.yaml"
+    save_profile(small_profile(), path)
+    before = path.read_bytes()
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(RuntimeError):
+        save_profile(dataclasses.replace(small_profile(), description="new"), path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.yaml"]
+
+
+def test_missing_sections_and_combine():
+    node_only = dataclasses.replace(small_profile("node"), network=None)
+    net_only = dataclasses.replace(small_profile("net"), node=None)
+    assert node_only.missing() == ["network.intra_node", "network.inter_node"]
+    assert net_only.missing()[0] == "node"
+    with pytest.raises(Exception, match="has no 'node' section"):
+        net_only.require("node", needed_by="predict")
+    both = combine(node_only, net_only, name="both")
+    assert both.node == node_only.node and both.network == net_only.network
+    assert both.missing() == ["network.inter_node"]
+
+
+def test_link_segments_transfer_time():
+    link = small_profile().network.intra_node
+    t = link.transfer_time_s([0, 1000, 65536, 1 << 20])
+    assert t[0] == pytest.approx(1e-7)
+    assert t[1] == pytest.approx(1e-7 + 1000 / 5e9)
+    assert t[2] == pytest.approx(2e-6 + 65536 / 1e10)
+    assert t[3] == pytest.approx(2e-6 + (1 << 20) / 1e10)
