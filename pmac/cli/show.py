@@ -19,19 +19,21 @@ def run(args) -> int:
     if not path.exists():
         raise InputError("no such file or folder", path=path)
     if path.is_dir() or path.name == "signature.yaml":
-        from ..report_signature import format_signature, plot_signature
         from ..signature import load_signature
 
         sig = load_signature(path)
+        from ..report_signature import format_signature, plot_signature
+
         print(format_signature(sig))
         if args.plot:
             plot_signature(sig, args.plot)
             print(f"wrote {args.plot}")
         return 0
     from ..profile import load_profile
-    from ..report_profile import format_profile, plot_profile
 
     prof = load_profile(path)
+    from ..report_profile import format_profile, plot_profile
+
     print(format_profile(prof))
     if args.plot:
         plot_profile(prof, args.plot)
