@@ -1,0 +1,638 @@
+"""SimGrid time-independent traces (TiT): import into signature tables, export for ``smpirun -replay``.
+
+The format (SimGrid's SMPI replay; one action per line, ``rank action args``) counts data in
+elements of a datatype and computation in flops, with no times. Sizes here are converted to
+bytes: the default datatype is MPI_BYTE, or MPI_DOUBLE after ``init 1``; an explicit datatype
+argument is a SimGrid datatype id (:data:`DATATYPE_BYTES`).
+
+Import (:func:`read_simgrid`): one file holding every rank's lines, several per-rank files, or
+an index file listing per-rank files (SimGrid's ``split_traces``). Mapping to pmac.trace:
+
+- ``compute F`` (flops) and the computation part of ``reduce``/``allreduce``/``reducescatter``/
+  ``scan``/``exscan`` accumulate into the burst *before the next call* of the rank (SimGrid runs
+  that computation right after the collective's communication, so the timing is the same). The
+  flops go into the memory signature's ``bursts`` table (column ``flop``, other counts 0, keyed
+  by ``(rank, seq)`` of the call that ends the burst); ``burst_s`` stays 0 and the header says
+  ``burst_source: memory``.
+- ``sleep T`` adds ``T`` seconds to ``burst_s`` (a trace of sleeps alone is ``burst_source:
+  measured``). ``t_start_s``/``t_end_s`` are the running sum of ``burst_s`` (calls take no time).
+- ``isend``/``irecv`` create requests (ids from 1 per rank); ``wait src dst tag`` completes the
+  oldest pending request with that key (SimGrid's rule); ``test`` names it without completing it
+  (whether a test succeeds is the replay's business); ``waitall`` completes every pending request.
+- Vector collectives store per-peer byte counts in ``vcounts`` as the action line lists them:
+  ``send_bytes`` = bytes from this rank to the peer, ``recv_bytes`` = bytes from the peer to this
+  rank (``reducescatter``: ``send_bytes`` = the peer's block size, ``recv_bytes`` = this rank's).
+- Collective byte columns (this rank's view): bcast root sends / others receive ``n``; reduce sends
+  ``n``, root also receives ``n``; allreduce/scan send and receive ``n``; gather/allgather send ``s``,
+  receive ``P r`` (gather: root only); scatter root sends ``P s``, all receive ``r``; alltoall send
+  ``P s`` and receive ``P r``; v-variants send/receive the sums of their counts.
+- ``comm_split``/``comm_dup`` become COMM_SPLIT/COMM_DUP events (SimGrid ignores them; no new
+  communicator); ``comm_size`` and ``location`` are ignored.
+
+Export (:func:`write_simgrid`): one file per rank plus an index file for ``smpirun -replay``,
+sizes in bytes (default datatype MPI_BYTE). A burst becomes ``sleep burst_s`` (exact seconds,
+independent of the platform's host speed) and/or ``compute flop`` from the bursts table; with
+``flop_per_s`` given, seconds become ``compute burst_s*flop_per_s`` instead. Waits on a subset of
+the pending requests become one ``wait`` per request; a test that completed a request becomes a
+``wait``. Calls SimGrid cannot replay (probes, persistent-request setup, non-world collectives,
+communicator creation other than split/dup, OTHER) are skipped and counted in the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import InputError
+from .memsig import BURSTS
+from .schema import atomic_write_text, provenance
+from .signature import Signature, SignatureHeader, make_signature
+from .trace import ANY_SOURCE, NONE, Op
+
+#: SimGrid datatype id -> size in bytes (smpi_datatype.cpp; ids are stable in its traces)
+DATATYPE_BYTES = {
+    0: 8, 1: 4, 2: 1, 3: 2, 4: 8, 5: 4, 6: 1, 7: 8, 8: 1, 9: 1, 10: 2, 11: 4, 12: 8, 13: 8, 14: 16,
+    15: 4, 16: 1, 17: 1, 18: 2, 19: 4, 20: 8, 21: 1, 22: 2, 23: 4, 24: 8, 25: 8, 26: 16, 27: 32,
+    28: 8, 29: 8, 30: 8, 31: 16, 32: 16, 33: 8, 34: 8, 35: 8, 36: 16, 37: 16, 38: 4, 39: 4, 40: 8,
+    41: 16, 42: 8, 43: 16, 44: 16, 45: 4, 46: 2, 47: 4, 48: 8, 49: 16,
+}
+BYTE_ID = 6
+DOUBLE_ID = 0
+
+_EVENT_COLUMNS = ("rank", "seq", "op", "t_start_s", "t_end_s", "burst_s", "comm", "dest", "source",
+                  "send_tag", "recv_tag", "send_bytes", "recv_bytes", "root", "request", "req_offset",
+                  "n_requests", "new_comm")
+
+
+@dataclass(kw_only=True)
+class _RankState:
+    rank: int
+    default_dt: int = BYTE_ID
+    rows: list = field(default_factory=list)
+    requests: list = field(default_factory=list)  # (rank, request, completed, source, recv_bytes)
+    burst_s: float = 0.0
+    flop: float = 0.0
+    clock_s: float = 0.0
+    next_request: int = 1
+    #: (src, dst, tag) -> deque of (request id, is_recv, recv_bytes)
+    pending: dict = field(default_factory=lambda: defaultdict(deque))
+    order: list = field(default_factory=list)  # pending request ids in posting order
+
+
+class _Parser:
+    """Builds the tables from actions; one instance per import."""
+
+    def __init__(self, n_ranks: int):
+        self.n = n_ranks
+        self.ranks = {r: _RankState(rank=r) for r in range(n_ranks)}
+        self.vcounts: list[tuple] = []
+        self.bursts: list[tuple] = []
+        self.has_compute = False
+        self.where = ""
+
+    # -------------------------------------------------------------- helpers
+    def fail(self, msg: str):
+        raise InputError(msg, path=self.where)
+
+    def num(self, tok: str, what: str) -> float:
+        try:
+            return float(tok)
+        except ValueError:
+            self.fail(f"{what}: expected a number, found {tok!r}")
+
+    def count(self, tok: str, what: str) -> int:
+        v = self.num(tok, what)
+        return int(math.trunc(v))
+
+    def peer(self, tok: str, what: str) -> int:
+        try:
+            v = int(tok)
+        except ValueError:
+            self.fail(f"{what}: expected a rank, found {tok!r}")
+        if not 0 <= v < self.n:
+            self.fail(f"{what}: rank {v} outside 0..{self.n - 1}")
+        return v
+
+    def dt(self, st: _RankState, args: list[str], i: int) -> int:
+        if i < len(args):
+            try:
+                dtid = int(args[i])
+            except ValueError:
+                self.fail(f"datatype id {args[i]!r} is not an integer")
+            if dtid not in DATATYPE_BYTES:
+                self.fail(f"unknown SimGrid datatype id {dtid}")
+            return DATATYPE_BYTES[dtid]
+        return DATATYPE_BYTES[st.default_dt]
+
+    def nargs(self, args: list[str], lo: int, hi: int, action: str):
+        if not lo <= len(args) <= hi:
+            want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+            self.fail(f"'{action}' takes {want} arguments, found {len(args)}")
+
+    def emit(self, st: _RankState, op: Op, **kw) -> int:
+        seq = len(st.rows)
+        row = dict(rank=st.rank, seq=seq, op=int(op), t_start_s=st.clock_s + st.burst_s,
+                   burst_s=st.burst_s, comm=0, dest=NONE, source=NONE, send_tag=NONE, recv_tag=NONE,
+                   send_bytes=0, recv_bytes=0, root=NONE, request=NONE, req_offset=NONE, n_requests=0,
+                   new_comm=NONE)
+        row.update(kw)
+        row["t_end_s"] = row["t_start_s"]
+        st.clock_s = row["t_end_s"]
+        if st.flop:
+            self.bursts.append((st.rank, seq, st.flop))
+        st.burst_s = 0.0
+        st.flop = 0.0
+        st.rows.append(row)
+        return seq
+
+    # -------------------------------------------------------------- actions
+    def action(self, rank: int, name: str, args: list[str]):
+        st = self.ranks[rank]
+        a = name.lower() if name != "sendRecv" else name
+        if a == "init":
+            self.nargs(args, 0, 1, a)
+            st.default_dt = DOUBLE_ID if args else BYTE_ID
+            self.emit(st, Op.INIT)
+        elif a == "finalize":
+            self.emit(st, Op.FINALIZE)
+        elif a == "compute":
+            self.nargs(args, 1, 1, a)
+            st.flop += self.num(args[0], "compute flops")
+            self.has_compute = True
+        elif a == "sleep":
+            self.nargs(args, 1, 1, a)
+            st.burst_s += self.num(args[0], "sleep seconds")
+        elif a in ("send", "isend", "recv", "irecv"):
+            self.nargs(args, 3, 4, a)
+            partner = self.peer(args[0], f"{a} partner")
+            tag = int(self.count(args[1], f"{a} tag"))
+            n = self.count(args[2], f"{a} size")
+            if n < 0:
+                self.fail(f"'{a}' with unknown size ({n}) is not supported")
+            nbytes = n * self.dt(st, args, 3)
+            if a in ("send", "isend"):
+                kw = dict(dest=partner, send_tag=tag, send_bytes=nbytes)
+                key = (rank, partner, tag)
+            else:
+                kw = dict(source=partner, recv_tag=tag, recv_bytes=nbytes)
+                key = (partner, rank, tag)
+            if a[0] == "i":
+                rid = st.next_request
+                st.next_request += 1
+                st.pending[key].append((rid, a == "irecv", partner, nbytes))
+                st.order.append(rid)
+                kw["request"] = rid
+                self.emit(st, Op.ISEND if a == "isend" else Op.IRECV, **kw)
+            else:
+                self.emit(st, Op.SEND if a == "send" else Op.RECV, **kw)
+        elif a in ("wait", "test"):
+            self.nargs(args, 3, 3, a)
+            key = (self.peer(args[0], f"{a} src"), self.peer(args[1], f"{a} dst"), self.count(args[2], f"{a} tag"))
+            q = st.pending.get(key)
+            if not q:
+                # SimGrid ignores a wait/test whose request is gone (completed by an earlier test)
+                self.emit(st, Op.WAIT if a == "wait" else Op.TEST)
+                return
+            rid, is_recv, partner, nbytes = q[0]
+            if a == "wait":
+                q.popleft()
+                st.order.remove(rid)
+            off, k = len(st.requests), 1
+            st.requests.append((rank, rid, 1 if a == "wait" else 0, partner if is_recv else NONE,
+                                  nbytes if is_recv else 0))
+            self.emit(st, Op.WAIT if a == "wait" else Op.TEST, req_offset=off, n_requests=k)
+        elif a == "waitall":
+            self.nargs(args, 0, 0, a)
+            entries = {}
+            for q in st.pending.values():
+                for rid, is_recv, partner, nbytes in q:
+                    entries[rid] = (is_recv, partner, nbytes)
+            ids = [r for r in st.order if r in entries]
+            off = len(st.requests) if ids else NONE
+            for rid in ids:
+                is_recv, partner, nbytes = entries[rid]
+                st.requests.append((rank, rid, 1, partner if is_recv else NONE, nbytes if is_recv else 0))
+            st.pending.clear()
+            st.order.clear()
+            self.emit(st, Op.WAITALL, req_offset=off, n_requests=len(ids))
+        elif a == "sendRecv":
+            self.nargs(args, 4, 6, a)
+            s = self.count(args[0], "sendRecv sendcount") * self.dt(st, args, 4)
+            dst = self.peer(args[1], "sendRecv dst")
+            r = self.count(args[2], "sendRecv recvcount") * self.dt(st, args, 5)
+            src = self.peer(args[3], "sendRecv src")
+            self.emit(st, Op.SENDRECV, dest=dst, source=src, send_tag=0, recv_tag=0, send_bytes=s, recv_bytes=r)
+        elif a == "barrier":
+            self.emit(st, Op.BARRIER)
+        elif a == "bcast":
+            self.nargs(args, 1, 3, a)
+            n = self.count(args[0], "bcast size") * self.dt(st, args, 2)
+            root = self.peer(args[1], "bcast root") if len(args) > 1 else 0
+            self.emit(st, Op.BCAST, root=root, send_bytes=n if rank == root else 0,
+                      recv_bytes=0 if rank == root else n)
+        elif a in ("reduce", "allreduce", "scan", "exscan"):
+            hi = 4 if a == "reduce" else 3
+            self.nargs(args, 2, hi, a)
+            if a == "reduce":
+                n = self.count(args[0], "reduce size") * self.dt(st, args, 3)
+                root = self.peer(args[2], "reduce root") if len(args) > 2 else 0
+                self.emit(st, Op.REDUCE, root=root, send_bytes=n, recv_bytes=n if rank == root else 0)
+            else:
+                n = self.count(args[0], f"{a} size") * self.dt(st, args, 2)
+                op = {"allreduce": Op.ALLREDUCE, "scan": Op.SCAN, "exscan": Op.EXSCAN}[a]
+                self.emit(st, op, send_bytes=n, recv_bytes=n)
+            self.add_comp(st, args[1])
+        elif a in ("alltoall", "allgather", "gather"):
+            hi = 5 if a == "gather" else 4
+            self.nargs(args, 2, hi, a)
+            s_i, r_i = (3, 4) if a == "gather" else (2, 3)
+            s = self.count(args[0], f"{a} send size") * self.dt(st, args, s_i)
+            r = self.count(args[1], f"{a} recv size") * self.dt(st, args, r_i)
+            if a == "alltoall":
+                self.emit(st, Op.ALLTOALL, send_bytes=s * self.n, recv_bytes=r * self.n)
+            elif a == "allgather":
+                self.emit(st, Op.ALLGATHER, send_bytes=s, recv_bytes=r * self.n)
+            else:
+                root = self.peer(args[2], "gather root") if len(args) > 2 else 0
+                self.emit(st, Op.GATHER, root=root, send_bytes=s, recv_bytes=r * self.n if rank == root else 0)
+        elif a == "scatter":
+            self.nargs(args, 2, 5, a)
+            s = self.count(args[0], "scatter send size") * self.dt(st, args, 3)
+            r = self.count(args[1], "scatter recv size") * self.dt(st, args, 4)
+            root = self.peer(args[2], "scatter root") if len(args) > 2 else 0
+            self.emit(st, Op.SCATTER, root=root, send_bytes=s * self.n if rank == root else 0, recv_bytes=r)
+        elif a in ("allgatherv", "gatherv"):
+            P = self.n
+            if len(args) < 1 + P:
+                self.fail(f"'{a}' needs a send size and {P} receive counts, found {len(args)} arguments")
+            if a == "gatherv":
+                root = self.peer(args[1 + P], "gatherv root") if len(args) > 1 + P else 0
+                d1, d2 = self.dt(st, args, 2 + P), self.dt(st, args, 3 + P)
+            else:
+                root = NONE
+                extra = len(args) - 1 - P  # dt1 dt2 [disps...] or disps only
+                if extra >= 2 + P:
+                    d1, d2 = self.dt(st, args, 1 + P), self.dt(st, args, 2 + P)
+                elif extra > 2:
+                    d1 = d2 = DATATYPE_BYTES[st.default_dt]
+                else:
+                    d1, d2 = self.dt(st, args, 1 + P), self.dt(st, args, 2 + P)
+            s = self.count(args[0], f"{a} send size") * d1
+            rc = [self.count(t, f"{a} recv count") * d2 for t in args[1:1 + P]]
+            seq = self.emit(st, Op.GATHERV if a == "gatherv" else Op.ALLGATHERV, root=root, send_bytes=s,
+                            recv_bytes=sum(rc) if (a == "allgatherv" or rank == root) else 0)
+            for p in range(P):
+                to_p = s if (a == "allgatherv" or p == root) else 0
+                self.vcounts.append((rank, seq, p, to_p, rc[p]))
+        elif a == "scatterv":
+            P = self.n
+            if len(args) < 1 + P:
+                self.fail(f"'scatterv' needs {P} send counts and a receive size, found {len(args)} arguments")
+            root = self.peer(args[1 + P], "scatterv root") if len(args) > 1 + P else 0
+            d1, d2 = self.dt(st, args, 2 + P), self.dt(st, args, 3 + P)
+            sc = [self.count(t, "scatterv send count") * d1 for t in args[0:P]]
+            r = self.count(args[P], "scatterv recv size") * d2
+            seq = self.emit(st, Op.SCATTERV, root=root, send_bytes=sum(sc) if rank == root else 0, recv_bytes=r)
+            for p in range(P):
+                self.vcounts.append((rank, seq, p, sc[p], r if p == root else 0))
+        elif a == "alltoallv":
+            P = self.n
+            if len(args) < 2 + 2 * P:
+                self.fail(f"'alltoallv' needs 2 buffer sizes and 2x{P} counts, found {len(args)} arguments")
+            d1, d2 = self.dt(st, args, 2 + 2 * P), self.dt(st, args, 3 + 2 * P)
+            sc = [self.count(t, "alltoallv send count") * d1 for t in args[1:1 + P]]
+            rc = [self.count(t, "alltoallv recv count") * d2 for t in args[2 + P:2 + 2 * P]]
+            seq = self.emit(st, Op.ALLTOALLV, send_bytes=sum(sc), recv_bytes=sum(rc))
+            for p in range(P):
+                self.vcounts.append((rank, seq, p, sc[p], rc[p]))
+        elif a == "reducescatter":
+            P = self.n
+            if len(args) < 1 + P:
+                self.fail(f"'reducescatter' needs {P} receive counts and a computation size, "
+                          f"found {len(args)} arguments")
+            d = self.dt(st, args, 1 + P)
+            rc = [self.count(t, "reducescatter recv count") * d for t in args[0:P]]
+            seq = self.emit(st, Op.REDUCE_SCATTER, send_bytes=sum(rc), recv_bytes=rc[rank])
+            for p in range(P):
+                self.vcounts.append((rank, seq, p, rc[p], rc[rank]))
+            self.add_comp(st, args[P])
+        elif a == "comm_split":
+            self.emit(st, Op.COMM_SPLIT)
+        elif a == "comm_dup":
+            self.emit(st, Op.COMM_DUP)
+        elif a in ("comm_size", "location"):
+            pass
+        else:
+            self.fail(f"unknown SimGrid action '{name}'")
+
+    def add_comp(self, st: _RankState, tok: str):
+        f = self.num(tok, "computation size")
+        if f:
+            st.flop += f
+            self.has_compute = True
+
+    # -------------------------------------------------------------- result
+    def tables(self):
+        for st in self.ranks.values():
+            if st.flop or st.burst_s:  # computation after the last call: carried by a FINALIZE
+                self.emit(st, Op.FINALIZE)
+        rows, reqs = [], []
+        for r in sorted(self.ranks):  # rank-major; request offsets become global
+            st = self.ranks[r]
+            base = len(reqs)
+            for row in st.rows:
+                if row["req_offset"] != NONE:
+                    row["req_offset"] += base
+            rows += st.rows
+            reqs += st.requests
+        events = pd.DataFrame({c: [r[c] for r in rows] for c in _EVENT_COLUMNS}) if rows else None
+        requests = pd.DataFrame(reqs, columns=["rank", "request", "completed", "source", "recv_bytes"])
+        vcounts = pd.DataFrame(sorted(self.vcounts), columns=["rank", "seq", "peer", "send_bytes", "recv_bytes"])
+        return events, requests, vcounts
+
+
+def _is_action_line(tokens: list[str]) -> bool:
+    if len(tokens) < 2:
+        return False
+    try:
+        int(tokens[0])
+    except ValueError:
+        return False
+    return True
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError("no such file", path=path) from None
+    except IsADirectoryError:
+        raise InputError("is a folder, expected a SimGrid trace or index file", path=path) from None
+    except UnicodeDecodeError:
+        raise InputError("not a text file", path=path) from None
+
+
+def _expand(paths: list[Path]) -> tuple[list[Path], int]:
+    """Action files from the arguments (index files, one path per line, are expanded) and the
+    number of per-rank files the indexes list (a rank with no actions still counts)."""
+    out = []
+    n_listed = 0
+    for p in paths:
+        lines = [ln.strip() for ln in _read_lines(p) if ln.strip() and not ln.lstrip().startswith("#")]
+        if not lines:
+            if len(paths) > 1:  # an empty per-rank file among several
+                continue
+            raise InputError("empty SimGrid trace", path=p)
+        if _is_action_line(lines[0].split()):
+            out.append(p)
+            continue
+        n_listed += len(lines)
+        for ln in lines:  # an index: paths relative to it, else to its parent (SimGrid's cwd)
+            cand = [Path(ln)] if Path(ln).is_absolute() else [p.parent / ln, p.parent.parent / ln, Path(ln)]
+            found = next((c for c in cand if c.is_file()), None)
+            if found is None:
+                raise InputError(f"index lists {ln!r}, which is not a file", path=p)
+            out.append(found)
+    return out, n_listed
+
+
+def read_simgrid(paths, *, name: str | None = None, n_ranks: int | None = None,
+                 description: str = "") -> Signature:
+    """Import SimGrid time-independent trace file(s) into a :class:`Signature` (see module doc)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise InputError("no SimGrid trace given")
+    files, n_listed = _expand(paths)
+    parsed = []  # (file, lineno, rank, action, args)
+    max_rank = -1
+    for f in files:
+        for i, ln in enumerate(_read_lines(f), 1):
+            tok = ln.split()
+            if not tok or tok[0].startswith("#"):
+                continue
+            if not _is_action_line(tok):
+                raise InputError(f"line {i}: expected 'rank action args', found {ln.strip()!r:.60}", path=f)
+            r = int(tok[0])
+            if r < 0:
+                raise InputError(f"line {i}: negative rank {r}", path=f)
+            max_rank = max(max_rank, r)
+            parsed.append((f, i, r, tok[1], tok[2:]))
+    if max_rank < 0:
+        raise InputError("no actions found", path=paths[0])
+    n = n_ranks if n_ranks is not None else max(max_rank + 1, n_listed)
+    if max_rank >= n:
+        raise InputError(f"rank {max_rank} appears but n_ranks is {n}", path=paths[0])
+    ps = _Parser(n)
+    for f, i, r, act, args in parsed:
+        ps.where = f"{f}:{i}"
+        ps.action(r, act, args)
+    events, requests, vcounts = ps.tables()
+    if events is None:
+        raise InputError("no MPI calls found (only computation)", path=paths[0])
+    memory = {}
+    if ps.bursts:
+        b = np.array(sorted(ps.bursts), dtype=np.float64).reshape(-1, 3)
+        cols = {c: np.zeros(len(b), dtype=d) for c, d in BURSTS.columns}
+        cols["rank"] = b[:, 0].astype(np.int32)
+        cols["seq"] = b[:, 1].astype(np.int64)
+        cols["flop"] = b[:, 2]
+        memory["bursts"] = pd.DataFrame(cols)
+    if name is None:
+        name = files[0].stem if len(files) == 1 else files[0].parent.name or "simgrid"
+    header = SignatureHeader(
+        name=name, n_ranks=n, source_format="simgrid",
+        description=description or f"imported from SimGrid time-independent trace {', '.join(p.name for p in paths)}",
+        parameters={"files": [str(p) for p in paths]},
+        burst_source="memory" if ps.has_compute else "measured",
+        provenance=provenance(inputs={str(f): f for f in dict.fromkeys(files)}),
+    )
+    return make_signature(header, events, requests=requests, vcounts=vcounts, memory=memory)
+
+
+# ====================================================================== export
+
+@dataclass(frozen=True, kw_only=True)
+class SimgridExport:
+    index_file: Path
+    rank_files: tuple[Path, ...]
+    n_actions: int
+    #: op name -> number of calls not representable in SimGrid's format (skipped)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def _fmt(x: float) -> str:
+    r = repr(float(x))
+    return r[:-2] if r.endswith(".0") else r
+
+
+def _block_bytes(total: int, p: int) -> int:
+    return int(total) // p if p else 0
+
+
+def simgrid_lines(sig: Signature, *, flop_per_s: float | None = None) -> tuple[dict[int, list[str]], dict[str, int]]:
+    """The action lines of each rank (without the file I/O) and the skipped calls by op name."""
+    ev = sig.events
+    n = sig.n_ranks
+    comm_sizes = sig.comms.groupby("comm").size().to_dict() if len(sig.comms) else {0: n}
+    flops = {}
+    mem_b = sig.memory.get("bursts")
+    if mem_b is not None and len(mem_b):
+        flops = {(int(r), int(s)): float(f) for r, s, f in zip(mem_b["rank"], mem_b["seq"], mem_b["flop"]) if f}
+    req_tab = sig.requests
+    req_rank = req_tab["rank"].to_numpy()
+    req_id = req_tab["request"].to_numpy()
+    req_done = req_tab["completed"].to_numpy()
+    req_src = req_tab["source"].to_numpy()
+    vc = {}
+    if len(sig.vcounts):
+        for (r, s), g in sig.vcounts.groupby(["rank", "seq"]):
+            vc[(int(r), int(s))] = g.sort_values("peer")
+    skipped: dict[str, int] = defaultdict(int)
+    out: dict[int, list[str]] = {}
+    pending: dict[int, dict[int, tuple[int, int, int]]] = defaultdict(dict)  # rank -> request -> key
+    ev_sorted = ev.sort_values(["rank", "seq"], kind="stable")
+    cols = {c: ev_sorted[c].to_numpy().tolist() for c in _EVENT_COLUMNS}
+    for i in range(len(ev_sorted)):
+        rank = cols["rank"][i]
+        lines = out.setdefault(rank, [])
+        keys = pending[rank]
+        seq, op = cols["seq"][i], cols["op"][i]
+        b = cols["burst_s"][i]
+        if b > 0:
+            lines.append(f"{rank} compute {_fmt(b * flop_per_s)}" if flop_per_s else f"{rank} sleep {_fmt(b)}")
+        f = flops.get((rank, seq))
+        if f:
+            lines.append(f"{rank} compute {_fmt(f)}")
+        comm = cols["comm"][i]
+        P = int(comm_sizes.get(comm, n))
+        sb, rb, root = cols["send_bytes"][i], cols["recv_bytes"][i], cols["root"][i]
+        dest, src = cols["dest"][i], cols["source"][i]
+        try:
+            o = Op(op)
+        except ValueError:
+            skipped[f"OP{op}"] += 1
+            continue
+        off, k = cols["req_offset"][i], cols["n_requests"][i]
+        named = list(range(off, off + k)) if k > 0 and off >= 0 else []
+        if o == Op.INIT:
+            lines.append(f"{rank} init")
+        elif o == Op.FINALIZE:
+            lines.append(f"{rank} finalize")
+        elif o in (Op.SEND, Op.SSEND, Op.BSEND, Op.RSEND):
+            lines.append(f"{rank} send {dest} {cols['send_tag'][i]} {sb}")
+        elif o in (Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND):
+            lines.append(f"{rank} isend {dest} {cols['send_tag'][i]} {sb}")
+            keys[cols["request"][i]] = (rank, dest, cols["send_tag"][i])
+        elif o in (Op.RECV, Op.MRECV):
+            lines.append(f"{rank} recv {src} {cols['recv_tag'][i]} {rb}")
+        elif o in (Op.IRECV, Op.IMRECV):
+            rid = cols["request"][i]
+            if src == ANY_SOURCE:  # the completing wait's status tells the source
+                hit = np.nonzero((req_rank == rank) & (req_id == rid) & (req_done == 1))[0]
+                src = int(req_src[hit[0]]) if len(hit) else src
+            if src < 0:
+                skipped["IRECV(any source)"] += 1
+                continue
+            lines.append(f"{rank} irecv {src} {cols['recv_tag'][i]} {rb}")
+            keys[rid] = (src, rank, cols["recv_tag"][i])
+        elif o in (Op.SENDRECV, Op.SENDRECV_REPLACE):
+            lines.append(f"{rank} sendRecv {sb} {dest} {rb} {src}")
+        elif o in (Op.START, Op.STARTALL):
+            skipped[o.name] += 1
+        elif o in (Op.WAIT, Op.WAITALL, Op.WAITANY, Op.WAITSOME, Op.TEST, Op.TESTALL, Op.TESTANY, Op.TESTSOME):
+            ids = [(int(req_id[j]), int(req_done[j])) for j in named]
+            known = [(rid, d) for rid, d in ids if rid in keys]
+            if o == Op.WAITALL and known and {rid for rid, _ in known} == set(keys):
+                lines.append(f"{rank} waitall")
+                keys.clear()
+                continue
+            for rid, done in known:
+                key = keys[rid]
+                is_wait = o in (Op.WAIT, Op.WAITALL) or done
+                lines.append(f"{rank} {'wait' if is_wait else 'test'} {key[0]} {key[1]} {key[2]}")
+                if is_wait:
+                    del keys[rid]
+        elif o == Op.BARRIER and comm_ok(comm):
+            lines.append(f"{rank} barrier")
+        elif o == Op.BCAST and comm_ok(comm):
+            lines.append(f"{rank} bcast {max(sb, rb)} {root}")
+        elif o == Op.REDUCE and comm_ok(comm):
+            lines.append(f"{rank} reduce {sb} 0 {root}")
+        elif o in (Op.ALLREDUCE, Op.SCAN, Op.EXSCAN) and comm_ok(comm):
+            lines.append(f"{rank} {o.name.lower()} {max(sb, rb)} 0")
+        elif o == Op.ALLTOALL and comm_ok(comm):
+            lines.append(f"{rank} alltoall {_block_bytes(sb, P)} {_block_bytes(rb, P)}")
+        elif o == Op.ALLGATHER and comm_ok(comm):
+            lines.append(f"{rank} allgather {sb} {_block_bytes(rb, P)}")
+        elif o == Op.GATHER and comm_ok(comm):
+            r_each = _block_bytes(rb, P) if rank == root else sb
+            lines.append(f"{rank} gather {sb} {r_each} {root} {BYTE_ID} {BYTE_ID}")
+        elif o == Op.SCATTER and comm_ok(comm):
+            s_each = _block_bytes(sb, P) if rank == root else rb
+            lines.append(f"{rank} scatter {s_each} {rb} {root} {BYTE_ID} {BYTE_ID}")
+        elif o in (Op.ALLGATHERV, Op.GATHERV, Op.ALLTOALLV, Op.SCATTERV, Op.REDUCE_SCATTER) and comm_ok(comm):
+            g = vc.get((rank, seq))
+            if g is not None and len(g) == P:
+                to_p = g["send_bytes"].to_numpy().tolist()
+                from_p = g["recv_bytes"].to_numpy().tolist()
+            else:  # no per-peer counts recorded: even split
+                to_p = [_block_bytes(sb, P)] * P
+                from_p = [_block_bytes(rb, P)] * P
+            if o == Op.ALLGATHERV:
+                lines.append(f"{rank} allgatherv {sb} {' '.join(map(str, from_p))} {BYTE_ID} {BYTE_ID}")
+            elif o == Op.GATHERV:
+                lines.append(f"{rank} gatherv {sb} {' '.join(map(str, from_p))} {root} {BYTE_ID} {BYTE_ID}")
+            elif o == Op.SCATTERV:
+                lines.append(f"{rank} scatterv {' '.join(map(str, to_p))} {rb} {root} {BYTE_ID} {BYTE_ID}")
+            elif o == Op.ALLTOALLV:
+                lines.append(f"{rank} alltoallv {sum(to_p)} {' '.join(map(str, to_p))} {sum(from_p)} "
+                             f"{' '.join(map(str, from_p))}")
+            else:
+                lines.append(f"{rank} reducescatter {' '.join(map(str, to_p))} 0")
+        elif o == Op.COMM_SPLIT:
+            lines.append(f"{rank} comm_split")
+        elif o == Op.COMM_DUP:
+            lines.append(f"{rank} comm_dup")
+        else:
+            skipped[o.name if comm_ok(comm) else f"{o.name}(sub-communicator)"] += 1
+    return out, dict(skipped)
+
+
+def comm_ok(comm: int) -> bool:
+    """SimGrid replays collectives on MPI_COMM_WORLD only."""
+    return comm == 0
+
+
+def write_simgrid(sig: Signature, folder: str | Path, *, flop_per_s: float | None = None,
+                  absolute_index: bool = True) -> SimgridExport:
+    """Write ``folder/rank<R>.txt`` per rank and ``folder/traces.txt`` (the index for
+    ``smpirun -np N -replay folder/traces.txt``). Index paths are absolute unless
+    ``absolute_index=False`` (then relative to ``folder``'s parent, SimGrid's usual cwd)."""
+    if flop_per_s is not None and not flop_per_s > 0:
+        raise InputError(f"flop_per_s must be positive, found {flop_per_s}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    per_rank, skipped = simgrid_lines(sig, flop_per_s=flop_per_s)
+    files = []
+    n_actions = 0
+    for r in range(sig.n_ranks):
+        lines = per_rank.get(r, [])
+        n_actions += len(lines)
+        f = folder / f"rank{r}.txt"
+        atomic_write_text(f, "\n".join(lines) + ("\n" if lines else ""))
+        files.append(f)
+    index = folder / "traces.txt"
+    names = [str(f.resolve()) if absolute_index else str(Path(folder.name) / f.name) for f in files]
+    atomic_write_text(index, "\n".join(names) + "\n")
+    return SimgridExport(index_file=index, rank_files=tuple(files), n_actions=n_actions, skipped=skipped)
+
+
+__all__ = ["read_simgrid", "write_simgrid", "simgrid_lines", "SimgridExport", "DATATYPE_BYTES"]

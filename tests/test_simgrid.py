@@ -1,0 +1,228 @@
+"""SimGrid time-independent traces: import (counts by hand from the shared example files), export,
+round trip, errors."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pmac.errors import InputError
+from pmac.signature import load_signature, save_signature
+from pmac.simgrid import read_simgrid, simgrid_lines, write_simgrid
+from pmac.trace import NONE, Op
+
+REPLAY = "data/simgrid/examples/smpi/replay"
+
+# Counted by hand from the files: (n_ranks, {op: calls over all ranks}, sent bytes, received bytes, flops)
+EXPECTED = {
+    "actions_allgatherv.txt": (4, {"INIT": 4, "ALLGATHERV": 4, "FINALIZE": 4},
+                               # datatype 0 = double: 3 ranks send 275427, one 204020; each receives all
+                               (3 * 275427 + 204020) * 8, 4 * (3 * 275427 + 204020) * 8, 0.0),
+    "actions_allreduce.txt": (3, {"INIT": 3, "ALLREDUCE": 3, "FINALIZE": 3}, 3 * 50000, 3 * 50000,
+                              3 * 5e8 + 3 * 5e8),
+    "actions_alltoall.txt": (3, {"INIT": 3, "ALLTOALL": 3, "FINALIZE": 3}, 3 * 3 * 500, 3 * 3 * 500, 0.0),
+    "actions_alltoallv.txt": (3, {"INIT": 3, "ALLTOALLV": 3, "FINALIZE": 3},
+                              (1 + 40 + 30) + (80 + 1 + 40) + (100 + 30 + 1),
+                              (1 + 80 + 100) + (40 + 1 + 30) + (30 + 40 + 1), 0.0),
+    "actions_barrier.txt": (3, {"INIT": 3, "SEND": 1, "RECV": 1, "BARRIER": 3, "FINALIZE": 3}, 10**7, 10**7,
+                            98095000 + 2 * 76296000),
+    "actions_bcast.txt": (3, {"INIT": 3, "BCAST": 6, "REDUCE": 3, "FINALIZE": 3},
+                          # 2 bcasts (root 0 sends 5e4 bytes) + reduce (every rank sends 5e4)
+                          2 * 50000 + 3 * 50000, 2 * 2 * 50000 + 50000,
+                          2 * (5e8 + 2e8 + 5e8) + 3 * 5e8),
+    "actions_bcast_reduce_datatypes.txt": (3, {"INIT": 3, "BCAST": 6, "REDUCE": 3, "FINALIZE": 3},
+                                           # init 1: doubles; bcast double root 1, bcast short root 0,
+                                           # reduce long root 0
+                                           400000 + 100000 + 3 * 400000, 2 * 400000 + 2 * 100000 + 400000,
+                                           2 * (5e8 + 2e8 + 5e8) + 3 * 5e8),
+    "actions_gather.txt": (4, {"INIT": 4, "GATHER": 4, "FINALIZE": 4}, 4 * 68 * 8, 4 * 68 * 8, 0.0),
+    "actions_reducescatter.txt": (4, {"INIT": 4, "REDUCE_SCATTER": 4, "FINALIZE": 4},
+                                  4 * (3 * 275427 + 204020) * 8, (3 * 275427 + 204020) * 8,
+                                  11349173 + 12396024 + 12501522 + 12403123),
+    "actions_waitall.txt": (3, {"INIT": 3, "IRECV": 3, "ISEND": 3, "WAITALL": 3, "FINALIZE": 3},
+                            2000 + 3000 + 3000, 2000 + 3000 + 3000, 0.0),
+    "actions_with_isend.txt": (3, {"INIT": 3, "SEND": 2, "RECV": 1, "IRECV": 2, "ISEND": 1, "TEST": 2,
+                                   "WAIT": 2, "FINALIZE": 3}, 3 * 10**6, 3 * 10**6,
+                               2e9 + 1e9 + 2e9 + 2.5e8 + 2.5e8 + 5e8),
+}
+
+
+def _counts(sig) -> dict[str, int]:
+    return {Op(int(o)).name: int(c) for o, c in sig.events["op"].value_counts().items()}
+
+
+def _flops(sig) -> float:
+    b = sig.memory.get("bursts")
+    return 0.0 if b is None else float(b["flop"].sum())
+
+
+@pytest.mark.parametrize("fname", sorted(EXPECTED))
+def test_shared_examples_import_with_hand_counted_events(shared_dir, fname):
+    sig = read_simgrid(shared_dir / REPLAY / fname)
+    n, counts, sent, received, flop = EXPECTED[fname]
+    assert sig.n_ranks == n
+    assert _counts(sig) == counts
+    assert int(sig.events["send_bytes"].sum()) == sent
+    assert int(sig.events["recv_bytes"].sum()) == received
+    assert _flops(sig) == pytest.approx(flop, rel=1e-12)
+    assert sig.header.source_format == "simgrid"
+    assert sig.header.burst_source == ("memory" if flop else "measured")
+    # every rank's seq runs 0..k-1 and the clock never goes backwards
+    for _, g in sig.events.groupby("rank"):
+        assert g["seq"].tolist() == list(range(len(g)))
+        assert (np.diff(g["t_start_s"].to_numpy()) >= 0).all()
+
+
+def test_split_traces_index_and_files_agree(shared_dir):
+    d = shared_dir / REPLAY
+    via_files = read_simgrid([d / "actions0.txt", d / "actions1.txt"])
+    via_index = read_simgrid(d / "split_traces") if (d / "split_traces").exists() else via_files
+    for sig in (via_files, via_index):
+        assert sig.n_ranks == 2
+        assert _counts(sig) == {"INIT": 2, "SEND": 2, "RECV": 2, "ISEND": 1, "IRECV": 1, "WAIT": 1, "FINALIZE": 2}
+    pd.testing.assert_frame_equal(via_files.events, via_index.events)
+    ev = via_files.events
+    r1 = ev[ev["rank"] == 1].reset_index(drop=True)
+    # 1 recv 0 0 1e6 / compute 1e9 / isend 0 1 1e6 / irecv 0 2 1e6 / wait 0 1 2
+    assert r1["op"].tolist() == [Op.INIT, Op.RECV, Op.ISEND, Op.IRECV, Op.WAIT, Op.FINALIZE]
+    b = via_files.memory["bursts"]
+    assert b[["rank", "seq", "flop"]].values.tolist() == [[1, 2, 1e9]]  # compute ends at the isend (seq 2)
+    wait = r1.iloc[4]
+    req = via_files.requests.iloc[int(wait["req_offset"])]
+    assert (req["rank"], req["request"], req["completed"], req["source"], req["recv_bytes"]) == \
+        (1, r1.iloc[3]["request"], 1, 0, 10**6)
+
+
+def test_every_point_to_point_send_has_its_receive(shared_dir):
+    d = shared_dir / REPLAY
+    for files in (["actions_with_isend.txt"], ["actions_waitall.txt"], ["actions0.txt", "actions1.txt"],
+                  ["actions_barrier.txt"]):
+        ev = read_simgrid([d / f for f in files]).events
+        sends = ev[ev["op"].isin([Op.SEND, Op.ISEND])]
+        recvs = ev[ev["op"].isin([Op.RECV, Op.IRECV])]
+        s = sorted(zip(sends["rank"], sends["dest"], sends["send_tag"], sends["send_bytes"]))
+        r = sorted(zip(recvs["source"], recvs["rank"], recvs["recv_tag"], recvs["recv_bytes"]))
+        assert s == r, files
+
+
+def test_test_names_without_completing_and_wait_completes(shared_dir):
+    sig = read_simgrid(shared_dir / REPLAY / "actions_with_isend.txt")
+    ev, rq = sig.events, sig.requests
+    for op, done in ((Op.TEST, 0), (Op.WAIT, 1)):
+        rows = ev[ev["op"] == op]
+        assert (rows["n_requests"] == 1).all()
+        assert rq.iloc[rows["req_offset"].to_numpy()]["completed"].tolist() == [done, done]
+
+
+def test_vcounts_of_alltoallv(shared_dir):
+    sig = read_simgrid(shared_dir / REPLAY / "actions_alltoallv.txt")
+    vc = sig.vcounts
+    m_send = np.zeros((3, 3), int)
+    m_recv = np.zeros((3, 3), int)
+    for r, p, s, rcv in zip(vc["rank"], vc["peer"], vc["send_bytes"], vc["recv_bytes"]):
+        m_send[r, p] = s
+        m_recv[r, p] = rcv
+    assert m_send.tolist() == [[1, 40, 30], [80, 1, 40], [100, 30, 1]]
+    # what rank r receives from p is what p sends to r
+    assert (m_recv == m_send.T).all()
+
+
+def _roundtrip_equal(a, b):
+    pd.testing.assert_frame_equal(a.events, b.events)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.vcounts, b.vcounts)
+    assert set(a.memory) == set(b.memory)
+    for k in a.memory:
+        pd.testing.assert_frame_equal(a.memory[k], b.memory[k])
+
+
+@pytest.mark.parametrize("fname", sorted(EXPECTED))
+def test_import_export_import_round_trip(shared_dir, tmp_path, fname):
+    first = read_simgrid(shared_dir / REPLAY / fname)
+    out = write_simgrid(first, tmp_path / "tit")
+    assert out.skipped == {}
+    assert len(out.rank_files) == first.n_ranks
+    second = read_simgrid(out.index_file)
+    _roundtrip_equal(first, second)
+    # and the export of the re-import is the same text
+    assert simgrid_lines(second) == simgrid_lines(first)
+
+
+def test_round_trip_through_saved_signature(shared_dir, tmp_path):
+    first = read_simgrid(shared_dir / REPLAY / "actions_with_isend.txt", name="with_isend")
+    save_signature(first, tmp_path / "sig")
+    loaded = load_signature(tmp_path / "sig")
+    _roundtrip_equal(first, loaded)
+    assert loaded.header.name == "with_isend"
+
+
+def test_export_of_measured_bursts_uses_sleep_or_compute(shared_dir, tmp_path):
+    import dataclasses
+
+    sig = read_simgrid(shared_dir / REPLAY / "actions0.txt", n_ranks=2)
+    ev = sig.events.copy()
+    ev.loc[ev["seq"] == 2, "burst_s"] = 0.25
+    sig = dataclasses.replace(sig, events=ev)
+    lines, _ = simgrid_lines(sig)
+    assert lines[0][:4] == ["0 init", "0 send 1 0 1000000", "0 sleep 0.25", "0 recv 1 1 1000000"]
+    lines, _ = simgrid_lines(sig, flop_per_s=2e9)
+    assert lines[0][2] == "0 compute 500000000"
+    back = read_simgrid(write_simgrid(sig, tmp_path / "x").index_file)
+    assert back.events["burst_s"].tolist() == ev["burst_s"].tolist()
+
+
+def test_unrepresentable_calls_are_counted(shared_dir):
+    import dataclasses
+
+    sig = read_simgrid(shared_dir / REPLAY / "actions_barrier.txt")
+    ev = sig.events.copy()
+    ev.loc[(ev["rank"] == 2) & (ev["op"] == Op.BARRIER), "op"] = int(Op.PROBE)
+    lines, skipped = simgrid_lines(dataclasses.replace(sig, events=ev))
+    assert skipped == {"PROBE": 1}
+    assert "2 barrier" not in lines[2] and "1 barrier" in lines[1]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0 init\n0 frobnicate 3\n", "line.*:2: unknown SimGrid action 'frobnicate'"),
+    ("0 init\n0 send 1 0\n", ":2: 'send' takes 3 to 4 arguments, found 2"),
+    ("0 init\n0 send x 0 10\n", "send partner: expected a rank, found 'x'"),
+    ("0 init\n0 bcast 10 0 99\n", "unknown SimGrid datatype id 99"),
+    ("0 init\n0 compute lots\n", "compute flops: expected a number, found 'lots'"),
+    ("", "empty SimGrid trace"),
+    ("0 init\n1 send 5 0 10\n", "send partner: rank 5 outside 0..1"),
+])
+def test_bad_traces_give_one_line_errors(tmp_path, text, message):
+    f = tmp_path / "line.txt"
+    f.write_text(text)
+    with pytest.raises(InputError, match=message) as exc:
+        read_simgrid(f)
+    assert str(f) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_index_naming_a_missing_file(tmp_path):
+    f = tmp_path / "index.txt"
+    f.write_text("nowhere/rank0.txt\n")
+    with pytest.raises(InputError, match="index lists 'nowhere/rank0.txt', which is not a file"):
+        read_simgrid(f)
+
+
+def test_replays_in_smpirun_when_installed(shared_dir, tmp_path):
+    """The exported trace is accepted by SimGrid itself (Debian libsimgrid-dev)."""
+    smpirun = shutil.which("smpirun")
+    if not smpirun:
+        pytest.skip("smpirun not installed (apt-get install libsimgrid-dev simgrid)")
+    platform = shared_dir / "data/simgrid/examples/platforms/small_platform.xml"
+    sig = read_simgrid(shared_dir / REPLAY / "actions_with_isend.txt")
+    out = write_simgrid(sig, tmp_path / "tit")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("Tremblay\nJupiter\nFafard\n")
+    res = subprocess.run([smpirun, "-np", "3", "-platform", str(platform), "-hostfile", str(hosts),
+                          "-replay", str(out.index_file), "--log=smpi_config.thres:warning",
+                          "--log=xbt_cfg.thres:warning"], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Simulation time" in res.stdout + res.stderr
