@@ -3,6 +3,7 @@ round trip, errors."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -210,19 +211,33 @@ def test_index_naming_a_missing_file(tmp_path):
         read_simgrid(f)
 
 
-def test_replays_in_smpirun_when_installed(shared_dir, tmp_path):
-    """The exported trace is accepted by SimGrid itself (Debian libsimgrid-dev)."""
+def _smpirun_time(smpirun, index, n, platform, hosts, cwd) -> float:
+    res = subprocess.run([smpirun, "-np", str(n), "-platform", str(platform), "-hostfile", str(hosts),
+                          "-replay", str(index), "--log=smpi_config.thres:warning",
+                          "--log=xbt_cfg.thres:warning"], capture_output=True, text=True, timeout=60, cwd=cwd)
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = re.search(r"Simulation time ([0-9.eE+-]+)", res.stdout + res.stderr)
+    assert m, res.stdout[-1000:] + res.stderr[-1000:]
+    return float(m.group(1))
+
+
+def test_export_replays_in_smpirun_like_the_original(shared_dir, tmp_path):
+    """SimGrid itself (Debian libsimgrid-dev) replays each exported trace to the same simulated
+    time as the original file: the exporter loses nothing SimGrid uses."""
     smpirun = shutil.which("smpirun")
     if not smpirun:
-        pytest.skip("smpirun not installed (apt-get install libsimgrid-dev simgrid)")
+        pytest.skip("smpirun not installed (apt-get install libsimgrid-dev)")
     platform = shared_dir / "data/simgrid/examples/platforms/small_platform.xml"
-    sig = read_simgrid(shared_dir / REPLAY / "actions_with_isend.txt")
-    out = write_simgrid(sig, tmp_path / "tit")
     hosts = tmp_path / "hosts"
-    hosts.write_text("Tremblay\nJupiter\nFafard\n")
-    res = subprocess.run([smpirun, "-np", "3", "-platform", str(platform), "-hostfile", str(hosts),
-                          "-replay", str(out.index_file), "--log=smpi_config.thres:warning",
-                          "--log=xbt_cfg.thres:warning"], capture_output=True, text=True, timeout=60,
-                         cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "Simulation time" in res.stdout + res.stderr
+    hosts.write_text("Tremblay\nJupiter\nFafard\nGinette\n")
+    cases = [[f] for f in sorted(EXPECTED)] + [["actions0.txt", "actions1.txt"]]
+    for files in cases:
+        paths = [shared_dir / REPLAY / f for f in files]
+        original = tmp_path / f"orig_{files[0]}"
+        original.write_text("".join(f"{p}\n" for p in paths))  # smpirun -replay takes an index file
+        sig = read_simgrid(paths)
+        out = write_simgrid(sig, tmp_path / files[0].replace(".txt", ""))
+        t_orig = _smpirun_time(smpirun, original, sig.n_ranks, platform, hosts, tmp_path)
+        t_export = _smpirun_time(smpirun, out.index_file, sig.n_ranks, platform, hosts, tmp_path)
+        assert t_orig > 0
+        assert t_export == pytest.approx(t_orig, rel=1e-9), files
