@@ -241,3 +241,20 @@ def test_export_replays_in_smpirun_like_the_original(shared_dir, tmp_path):
         t_export = _smpirun_time(smpirun, out.index_file, sig.n_ranks, platform, hosts, tmp_path)
         assert t_orig > 0
         assert t_export == pytest.approx(t_orig, rel=1e-9), files
+
+
+def test_cli_export(shared_dir, tmp_path, capsys):
+    from pmac.cli import main
+
+    sig = read_simgrid(shared_dir / REPLAY / "actions_with_isend.txt", name="with_isend")
+    folder = save_signature(sig, tmp_path / "signatures" / "with_isend")
+    out = tmp_path / "tit"
+    assert main(["export", "simgrid", str(folder), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"wrote 24 actions for 3 ranks: {out / 'traces.txt'}" in text
+    assert (out / "rank2.txt").read_text().splitlines()[:3] == ["2 init", "2 compute 2000000000",
+                                                                 "2 irecv 1 1 1000000"]
+    _roundtrip_equal(sig, read_simgrid(out / "traces.txt"))
+    assert main(["export", "simgrid", str(tmp_path / "nope"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"pmac export: error: {tmp_path / 'nope'}: no such signature folder"
