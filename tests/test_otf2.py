@@ -9,7 +9,7 @@ from pmac.errors import InputError
 from pmac.signature import load_signature, save_signature
 from pmac.trace import ANY_SOURCE, NONE, Op
 
-otf2 = pytest.importorskip("otf2")
+import otf2  # noqa: E402  (a dependency: pyproject.toml)
 from pmac.otf2 import op_from_region, read_otf2  # noqa: E402
 
 US = 1_000_000  # timer ticks per second: times below are microseconds
@@ -179,3 +179,12 @@ def test_errors(tmp_path):
     bad.write_text("not an archive")
     with pytest.raises(InputError, match="not a readable OTF2 archive"):
         read_otf2(bad)
+
+
+def test_cli_import(archive, tmp_path, capsys):
+    from pmac.cli import main
+
+    out = tmp_path / "signatures" / "demo"
+    assert main(["import", "otf2", str(archive / "traces.otf2"), "-o", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}: 3 ranks, 21 MPI calls"
+    assert load_signature(out).header.name == "demo"

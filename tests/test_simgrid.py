@@ -258,3 +258,17 @@ def test_cli_export(shared_dir, tmp_path, capsys):
     assert main(["export", "simgrid", str(tmp_path / "nope"), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"pmac export: error: {tmp_path / 'nope'}: no such signature folder"
+
+
+def test_cli_import(shared_dir, tmp_path, capsys):
+    from pmac.cli import main
+
+    d = shared_dir / REPLAY
+    out = tmp_path / "signatures" / "pingpong"
+    assert main(["import", "simgrid", str(d / "actions0.txt"), str(d / "actions1.txt"), "-o", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {out}: 2 ranks, 11 MPI calls, memory tables bursts"
+    sig = load_signature(out)
+    assert sig.header.name == "pingpong" and sig.n_ranks == 2
+    _roundtrip_equal(sig, read_simgrid([d / "actions0.txt", d / "actions1.txt"]))
+    assert main(["import", "simgrid", str(d / "actions0.txt"), "--ranks", "1", "-o", str(out)]) == 2
+    assert "send partner: rank 1 outside 0..0" in capsys.readouterr().err
