@@ -53,7 +53,7 @@ from .errors import InputError
 from .memsig import BURSTS
 from .schema import atomic_write_text, provenance
 from .signature import Signature, SignatureHeader, make_signature
-from .trace import ANY_SOURCE, NONE, Op
+from .trace import ANY_SOURCE, NONE, Op, op_name
 
 #: SimGrid datatype id -> size in bytes (smpi_datatype.cpp; ids are stable in its traces)
 DATATYPE_BYTES = {
@@ -68,6 +68,7 @@ DOUBLE_ID = 0
 _EVENT_COLUMNS = ("rank", "seq", "op", "t_start_s", "t_end_s", "burst_s", "comm", "dest", "source",
                   "send_tag", "recv_tag", "send_bytes", "recv_bytes", "root", "request", "req_offset",
                   "n_requests", "new_comm")
+_IDX = {c: i for i, c in enumerate(_EVENT_COLUMNS)}
 
 
 @dataclass(kw_only=True)
@@ -94,11 +95,12 @@ class _Parser:
         self.vcounts: list[tuple] = []
         self.bursts: list[tuple] = []
         self.has_compute = False
-        self.where = ""
+        self.file = ""
+        self.lineno = 0
 
     # -------------------------------------------------------------- helpers
     def fail(self, msg: str):
-        raise InputError(msg, path=self.where)
+        raise InputError(msg, path=f"{self.file}:{self.lineno}")
 
     def num(self, tok: str, what: str) -> float:
         try:
@@ -137,17 +139,15 @@ class _Parser:
 
     def emit(self, st: _RankState, op: Op, **kw) -> int:
         seq = len(st.rows)
-        row = dict(rank=st.rank, seq=seq, op=int(op), t_start_s=st.clock_s + st.burst_s,
-                   burst_s=st.burst_s, comm=0, dest=NONE, source=NONE, send_tag=NONE, recv_tag=NONE,
-                   send_bytes=0, recv_bytes=0, root=NONE, request=NONE, req_offset=NONE, n_requests=0,
-                   new_comm=NONE)
-        row.update(kw)
-        row["t_end_s"] = row["t_start_s"]
-        st.clock_s = row["t_end_s"]
+        t = st.clock_s + st.burst_s
+        row = [st.rank, seq, int(op), t, t, st.burst_s, 0, NONE, NONE, NONE, NONE, 0, 0, NONE, NONE, NONE, 0, NONE]
+        for k, v in kw.items():
+            row[_IDX[k]] = v
+        st.clock_s = t
         if st.flop:
             self.bursts.append((st.rank, seq, st.flop))
+            st.flop = 0.0
         st.burst_s = 0.0
-        st.flop = 0.0
         st.rows.append(row)
         return seq
 
@@ -346,12 +346,13 @@ class _Parser:
         for r in sorted(self.ranks):  # rank-major; request offsets become global
             st = self.ranks[r]
             base = len(reqs)
-            for row in st.rows:
-                if row["req_offset"] != NONE:
-                    row["req_offset"] += base
+            if base:
+                for row in st.rows:
+                    if row[_IDX["req_offset"]] != NONE:
+                        row[_IDX["req_offset"]] += base
             rows += st.rows
             reqs += st.requests
-        events = pd.DataFrame({c: [r[c] for r in rows] for c in _EVENT_COLUMNS}) if rows else None
+        events = pd.DataFrame.from_records(rows, columns=list(_EVENT_COLUMNS)) if rows else None
         requests = pd.DataFrame(reqs, columns=["rank", "request", "completed", "source", "recv_bytes"])
         vcounts = pd.DataFrame(sorted(self.vcounts), columns=["rank", "seq", "peer", "send_bytes", "recv_bytes"])
         return events, requests, vcounts
@@ -411,29 +412,37 @@ def read_simgrid(paths, *, name: str | None = None, n_ranks: int | None = None,
     if not paths:
         raise InputError("no SimGrid trace given")
     files, n_listed = _expand(paths)
-    parsed = []  # (file, lineno, rank, action, args)
+    per_file = []  # (file, [(lineno, rank, action, args)])
     max_rank = -1
     for f in files:
+        acts = []
         for i, ln in enumerate(_read_lines(f), 1):
             tok = ln.split()
-            if not tok or tok[0].startswith("#"):
+            if not tok or tok[0][0] == "#":
                 continue
-            if not _is_action_line(tok):
-                raise InputError(f"line {i}: expected 'rank action args', found {ln.strip()!r:.60}", path=f)
-            r = int(tok[0])
-            if r < 0:
-                raise InputError(f"line {i}: negative rank {r}", path=f)
-            max_rank = max(max_rank, r)
-            parsed.append((f, i, r, tok[1], tok[2:]))
+            try:
+                r = int(tok[0])
+            except ValueError:
+                r = -1
+            if r < 0 or len(tok) < 2:
+                raise InputError(f"line {i}: expected 'rank action args' with a rank >= 0, "
+                                 f"found {ln.strip()!r:.60}", path=f)
+            if r > max_rank:
+                max_rank = r
+            acts.append((i, r, tok[1], tok[2:]))
+        per_file.append((f, acts))
     if max_rank < 0:
         raise InputError("no actions found", path=paths[0])
     n = n_ranks if n_ranks is not None else max(max_rank + 1, n_listed)
     if max_rank >= n:
         raise InputError(f"rank {max_rank} appears but n_ranks is {n}", path=paths[0])
     ps = _Parser(n)
-    for f, i, r, act, args in parsed:
-        ps.where = f"{f}:{i}"
-        ps.action(r, act, args)
+    for f, acts in per_file:
+        ps.file = str(f)
+        action = ps.action
+        for i, r, act, args in acts:
+            ps.lineno = i
+            action(r, act, args)
     events, requests, vcounts = ps.tables()
     if events is None:
         raise InputError("no MPI calls found (only computation)", path=paths[0])
@@ -473,142 +482,166 @@ def _fmt(x: float) -> str:
     return r[:-2] if r.endswith(".0") else r
 
 
-def _block_bytes(total: int, p: int) -> int:
-    return int(total) // p if p else 0
+_K = {}
+for _o in (Op.SEND, Op.SSEND, Op.BSEND, Op.RSEND):
+    _K[int(_o)] = "send"
+for _o in (Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND):
+    _K[int(_o)] = "isend"
+for _o in (Op.WAIT, Op.WAITALL, Op.WAITANY, Op.WAITSOME, Op.TEST, Op.TESTALL, Op.TESTANY, Op.TESTSOME):
+    _K[int(_o)] = "complete"
+for _o in (Op.ALLGATHERV, Op.GATHERV, Op.ALLTOALLV, Op.SCATTERV, Op.REDUCE_SCATTER):
+    _K[int(_o)] = "vcoll"
+_K.update({int(Op.INIT): "init", int(Op.FINALIZE): "finalize", int(Op.RECV): "recv", int(Op.MRECV): "recv",
+           int(Op.IRECV): "irecv", int(Op.IMRECV): "irecv", int(Op.SENDRECV): "sendrecv",
+           int(Op.SENDRECV_REPLACE): "sendrecv", int(Op.BARRIER): "barrier", int(Op.BCAST): "bcast",
+           int(Op.REDUCE): "reduce", int(Op.ALLREDUCE): "allreduce", int(Op.SCAN): "scan",
+           int(Op.EXSCAN): "exscan", int(Op.ALLTOALL): "alltoall", int(Op.ALLGATHER): "allgather",
+           int(Op.GATHER): "gather", int(Op.SCATTER): "scatter", int(Op.COMM_SPLIT): "comm_split",
+           int(Op.COMM_DUP): "comm_dup"})
+_COLL = {"barrier", "bcast", "reduce", "allreduce", "scan", "exscan", "alltoall", "allgather", "gather",
+         "scatter", "vcoll"}
+_WAIT_OPS = {int(Op.WAIT), int(Op.WAITALL)}
 
 
 def simgrid_lines(sig: Signature, *, flop_per_s: float | None = None) -> tuple[dict[int, list[str]], dict[str, int]]:
     """The action lines of each rank (without the file I/O) and the skipped calls by op name."""
-    ev = sig.events
+    ev = sig.events.sort_values(["rank", "seq"], kind="stable").reset_index(drop=True)
     n = sig.n_ranks
-    comm_sizes = sig.comms.groupby("comm").size().to_dict() if len(sig.comms) else {0: n}
-    flops = {}
+    m = len(ev)
+    # per-event arrays: communicator size, flops of the burst before the call
+    csize = sig.comms.groupby("comm").size() if len(sig.comms) else pd.Series({0: n})
+    P_ev = csize.reindex(ev["comm"].to_numpy()).fillna(n).to_numpy().astype(np.int64).tolist()
+    flop_ev = [0.0] * m
     mem_b = sig.memory.get("bursts")
     if mem_b is not None and len(mem_b):
-        flops = {(int(r), int(s)): float(f) for r, s, f in zip(mem_b["rank"], mem_b["seq"], mem_b["flop"]) if f}
-    req_tab = sig.requests
-    req_rank = req_tab["rank"].to_numpy()
-    req_id = req_tab["request"].to_numpy()
-    req_done = req_tab["completed"].to_numpy()
-    req_src = req_tab["source"].to_numpy()
+        b = mem_b[mem_b["flop"] != 0]
+        idx = pd.MultiIndex.from_arrays([ev["rank"], ev["seq"]])
+        pos = idx.get_indexer(pd.MultiIndex.from_arrays([b["rank"], b["seq"]]))
+        arr = np.zeros(m)
+        ok = pos >= 0
+        np.add.at(arr, pos[ok], b["flop"].to_numpy()[ok])
+        flop_ev = arr.tolist()
+    req = sig.requests
+    req_id = req["request"].to_numpy().tolist()
+    req_done = req["completed"].to_numpy().tolist()
+    any_src = {}
+    if (ev["source"] == ANY_SOURCE).any():  # the completing wait's status tells the source
+        done = req[req["completed"] == 1]
+        any_src = {(int(r), int(q)): int(s) for r, q, s in zip(done["rank"], done["request"], done["source"])}
     vc = {}
     if len(sig.vcounts):
-        for (r, s), g in sig.vcounts.groupby(["rank", "seq"]):
-            vc[(int(r), int(s))] = g.sort_values("peer")
+        v = sig.vcounts.sort_values(["rank", "seq", "peer"], kind="stable")
+        for (r, sq), g in v.groupby(["rank", "seq"], sort=False):
+            vc[(int(r), int(sq))] = (g["send_bytes"].tolist(), g["recv_bytes"].tolist())
+    c = {k: ev[k].to_numpy().tolist() for k in _EVENT_COLUMNS}
+    rank_l, seq_l, op_l, burst_l, comm_l = c["rank"], c["seq"], c["op"], c["burst_s"], c["comm"]
+    dest_l, src_l, stag_l, rtag_l = c["dest"], c["source"], c["send_tag"], c["recv_tag"]
+    sb_l, rb_l, root_l, rq_l, off_l, k_l = (c["send_bytes"], c["recv_bytes"], c["root"], c["request"],
+                                            c["req_offset"], c["n_requests"])
     skipped: dict[str, int] = defaultdict(int)
     out: dict[int, list[str]] = {}
-    pending: dict[int, dict[int, tuple[int, int, int]]] = defaultdict(dict)  # rank -> request -> key
-    ev_sorted = ev.sort_values(["rank", "seq"], kind="stable")
-    cols = {c: ev_sorted[c].to_numpy().tolist() for c in _EVENT_COLUMNS}
-    for i in range(len(ev_sorted)):
-        rank = cols["rank"][i]
-        lines = out.setdefault(rank, [])
-        keys = pending[rank]
-        seq, op = cols["seq"][i], cols["op"][i]
-        b = cols["burst_s"][i]
+    pending: dict[int, dict[int, str]] = defaultdict(dict)  # rank -> request -> "src dst tag"
+    K = _K
+    cur_rank, lines, keys, pre = None, None, None, ""
+    for i in range(m):
+        rank = rank_l[i]
+        if rank != cur_rank:
+            cur_rank = rank
+            lines = out.setdefault(rank, [])
+            keys = pending[rank]
+            pre = f"{rank} "
+        b = burst_l[i]
         if b > 0:
-            lines.append(f"{rank} compute {_fmt(b * flop_per_s)}" if flop_per_s else f"{rank} sleep {_fmt(b)}")
-        f = flops.get((rank, seq))
+            lines.append(f"{pre}compute {_fmt(b * flop_per_s)}" if flop_per_s else f"{pre}sleep {_fmt(b)}")
+        f = flop_ev[i]
         if f:
-            lines.append(f"{rank} compute {_fmt(f)}")
-        comm = cols["comm"][i]
-        P = int(comm_sizes.get(comm, n))
-        sb, rb, root = cols["send_bytes"][i], cols["recv_bytes"][i], cols["root"][i]
-        dest, src = cols["dest"][i], cols["source"][i]
-        try:
-            o = Op(op)
-        except ValueError:
-            skipped[f"OP{op}"] += 1
+            lines.append(f"{pre}compute {_fmt(f)}")
+        op = op_l[i]
+        kind = K.get(op)
+        if kind is None:
+            skipped[op_name(op)] += 1
             continue
-        off, k = cols["req_offset"][i], cols["n_requests"][i]
-        named = list(range(off, off + k)) if k > 0 and off >= 0 else []
-        if o == Op.INIT:
-            lines.append(f"{rank} init")
-        elif o == Op.FINALIZE:
-            lines.append(f"{rank} finalize")
-        elif o in (Op.SEND, Op.SSEND, Op.BSEND, Op.RSEND):
-            lines.append(f"{rank} send {dest} {cols['send_tag'][i]} {sb}")
-        elif o in (Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND):
-            lines.append(f"{rank} isend {dest} {cols['send_tag'][i]} {sb}")
-            keys[cols["request"][i]] = (rank, dest, cols["send_tag"][i])
-        elif o in (Op.RECV, Op.MRECV):
-            lines.append(f"{rank} recv {src} {cols['recv_tag'][i]} {rb}")
-        elif o in (Op.IRECV, Op.IMRECV):
-            rid = cols["request"][i]
-            if src == ANY_SOURCE:  # the completing wait's status tells the source
-                hit = np.nonzero((req_rank == rank) & (req_id == rid) & (req_done == 1))[0]
-                src = int(req_src[hit[0]]) if len(hit) else src
+        if kind in _COLL and comm_l[i] != 0:  # SimGrid replays collectives on MPI_COMM_WORLD only
+            skipped[f"{op_name(op)}(sub-communicator)"] += 1
+            continue
+        if kind == "send":
+            lines.append(f"{pre}send {dest_l[i]} {stag_l[i]} {sb_l[i]}")
+        elif kind == "recv":
+            lines.append(f"{pre}recv {src_l[i]} {rtag_l[i]} {rb_l[i]}")
+        elif kind == "isend":
+            lines.append(f"{pre}isend {dest_l[i]} {stag_l[i]} {sb_l[i]}")
+            keys[rq_l[i]] = f"{rank} {dest_l[i]} {stag_l[i]}"
+        elif kind == "irecv":
+            src = src_l[i]
+            if src == ANY_SOURCE:
+                src = any_src.get((rank, rq_l[i]), src)
             if src < 0:
                 skipped["IRECV(any source)"] += 1
                 continue
-            lines.append(f"{rank} irecv {src} {cols['recv_tag'][i]} {rb}")
-            keys[rid] = (src, rank, cols["recv_tag"][i])
-        elif o in (Op.SENDRECV, Op.SENDRECV_REPLACE):
-            lines.append(f"{rank} sendRecv {sb} {dest} {rb} {src}")
-        elif o in (Op.START, Op.STARTALL):
-            skipped[o.name] += 1
-        elif o in (Op.WAIT, Op.WAITALL, Op.WAITANY, Op.WAITSOME, Op.TEST, Op.TESTALL, Op.TESTANY, Op.TESTSOME):
-            ids = [(int(req_id[j]), int(req_done[j])) for j in named]
-            known = [(rid, d) for rid, d in ids if rid in keys]
-            if o == Op.WAITALL and known and {rid for rid, _ in known} == set(keys):
-                lines.append(f"{rank} waitall")
+            lines.append(f"{pre}irecv {src} {rtag_l[i]} {rb_l[i]}")
+            keys[rq_l[i]] = f"{src} {rank} {rtag_l[i]}"
+        elif kind == "complete":
+            off, k = off_l[i], k_l[i]
+            ids = [(req_id[j], req_done[j]) for j in range(off, off + k)] if k > 0 and off >= 0 else []
+            known = [(q, d) for q, d in ids if q in keys]
+            if op == Op.WAITALL and known and len(known) == len(keys):
+                lines.append(f"{pre}waitall")
                 keys.clear()
                 continue
-            for rid, done in known:
-                key = keys[rid]
-                is_wait = o in (Op.WAIT, Op.WAITALL) or done
-                lines.append(f"{rank} {'wait' if is_wait else 'test'} {key[0]} {key[1]} {key[2]}")
-                if is_wait:
-                    del keys[rid]
-        elif o == Op.BARRIER and comm_ok(comm):
-            lines.append(f"{rank} barrier")
-        elif o == Op.BCAST and comm_ok(comm):
-            lines.append(f"{rank} bcast {max(sb, rb)} {root}")
-        elif o == Op.REDUCE and comm_ok(comm):
-            lines.append(f"{rank} reduce {sb} 0 {root}")
-        elif o in (Op.ALLREDUCE, Op.SCAN, Op.EXSCAN) and comm_ok(comm):
-            lines.append(f"{rank} {o.name.lower()} {max(sb, rb)} 0")
-        elif o == Op.ALLTOALL and comm_ok(comm):
-            lines.append(f"{rank} alltoall {_block_bytes(sb, P)} {_block_bytes(rb, P)}")
-        elif o == Op.ALLGATHER and comm_ok(comm):
-            lines.append(f"{rank} allgather {sb} {_block_bytes(rb, P)}")
-        elif o == Op.GATHER and comm_ok(comm):
-            r_each = _block_bytes(rb, P) if rank == root else sb
-            lines.append(f"{rank} gather {sb} {r_each} {root} {BYTE_ID} {BYTE_ID}")
-        elif o == Op.SCATTER and comm_ok(comm):
-            s_each = _block_bytes(sb, P) if rank == root else rb
-            lines.append(f"{rank} scatter {s_each} {rb} {root} {BYTE_ID} {BYTE_ID}")
-        elif o in (Op.ALLGATHERV, Op.GATHERV, Op.ALLTOALLV, Op.SCATTERV, Op.REDUCE_SCATTER) and comm_ok(comm):
-            g = vc.get((rank, seq))
-            if g is not None and len(g) == P:
-                to_p = g["send_bytes"].to_numpy().tolist()
-                from_p = g["recv_bytes"].to_numpy().tolist()
+            is_wait_op = op in _WAIT_OPS
+            for q, d in known:
+                if is_wait_op or d:
+                    lines.append(f"{pre}wait {keys.pop(q)}")
+                else:
+                    lines.append(f"{pre}test {keys[q]}")
+        elif kind == "allreduce" or kind == "scan" or kind == "exscan":
+            lines.append(f"{pre}{kind} {max(sb_l[i], rb_l[i])} 0")
+        elif kind == "sendrecv":
+            lines.append(f"{pre}sendRecv {sb_l[i]} {dest_l[i]} {rb_l[i]} {src_l[i]}")
+        elif kind == "init":
+            lines.append(f"{pre}init")
+        elif kind == "finalize":
+            lines.append(f"{pre}finalize")
+        elif kind == "barrier":
+            lines.append(f"{pre}barrier")
+        elif kind == "bcast":
+            lines.append(f"{pre}bcast {max(sb_l[i], rb_l[i])} {root_l[i]}")
+        elif kind == "reduce":
+            lines.append(f"{pre}reduce {sb_l[i]} 0 {root_l[i]}")
+        elif kind == "alltoall":
+            P = P_ev[i]
+            lines.append(f"{pre}alltoall {sb_l[i] // P} {rb_l[i] // P}")
+        elif kind == "allgather":
+            lines.append(f"{pre}allgather {sb_l[i]} {rb_l[i] // P_ev[i]}")
+        elif kind == "gather":
+            root = root_l[i]
+            r_each = rb_l[i] // P_ev[i] if rank == root else sb_l[i]
+            lines.append(f"{pre}gather {sb_l[i]} {r_each} {root} {BYTE_ID} {BYTE_ID}")
+        elif kind == "scatter":
+            root = root_l[i]
+            s_each = sb_l[i] // P_ev[i] if rank == root else rb_l[i]
+            lines.append(f"{pre}scatter {s_each} {rb_l[i]} {root} {BYTE_ID} {BYTE_ID}")
+        elif kind == "vcoll":
+            P = P_ev[i]
+            g = vc.get((rank, seq_l[i]))
+            if g is not None and len(g[0]) == P:
+                to_p, from_p = g
             else:  # no per-peer counts recorded: even split
-                to_p = [_block_bytes(sb, P)] * P
-                from_p = [_block_bytes(rb, P)] * P
-            if o == Op.ALLGATHERV:
-                lines.append(f"{rank} allgatherv {sb} {' '.join(map(str, from_p))} {BYTE_ID} {BYTE_ID}")
-            elif o == Op.GATHERV:
-                lines.append(f"{rank} gatherv {sb} {' '.join(map(str, from_p))} {root} {BYTE_ID} {BYTE_ID}")
-            elif o == Op.SCATTERV:
-                lines.append(f"{rank} scatterv {' '.join(map(str, to_p))} {rb} {root} {BYTE_ID} {BYTE_ID}")
-            elif o == Op.ALLTOALLV:
-                lines.append(f"{rank} alltoallv {sum(to_p)} {' '.join(map(str, to_p))} {sum(from_p)} "
+                to_p, from_p = [sb_l[i] // P] * P, [rb_l[i] // P] * P
+            if op == Op.ALLGATHERV:
+                lines.append(f"{pre}allgatherv {sb_l[i]} {' '.join(map(str, from_p))} {BYTE_ID} {BYTE_ID}")
+            elif op == Op.GATHERV:
+                lines.append(f"{pre}gatherv {sb_l[i]} {' '.join(map(str, from_p))} {root_l[i]} {BYTE_ID} {BYTE_ID}")
+            elif op == Op.SCATTERV:
+                lines.append(f"{pre}scatterv {' '.join(map(str, to_p))} {rb_l[i]} {root_l[i]} {BYTE_ID} {BYTE_ID}")
+            elif op == Op.ALLTOALLV:
+                lines.append(f"{pre}alltoallv {sum(to_p)} {' '.join(map(str, to_p))} {sum(from_p)} "
                              f"{' '.join(map(str, from_p))}")
             else:
-                lines.append(f"{rank} reducescatter {' '.join(map(str, to_p))} 0")
-        elif o == Op.COMM_SPLIT:
-            lines.append(f"{rank} comm_split")
-        elif o == Op.COMM_DUP:
-            lines.append(f"{rank} comm_dup")
-        else:
-            skipped[o.name if comm_ok(comm) else f"{o.name}(sub-communicator)"] += 1
+                lines.append(f"{pre}reducescatter {' '.join(map(str, to_p))} 0")
+        else:  # comm_split, comm_dup
+            lines.append(f"{pre}{kind}")
     return out, dict(skipped)
-
-
-def comm_ok(comm: int) -> bool:
-    """SimGrid replays collectives on MPI_COMM_WORLD only."""
-    return comm == 0
 
 
 def write_simgrid(sig: Signature, folder: str | Path, *, flop_per_s: float | None = None,
