@@ -1,0 +1,237 @@
+"""Fit network models from the raw ping-pong, streaming, overhead and collective repetitions.
+
+Input: the ``pingpong`` and ``collective`` tables of :data:`pmac.profile.RAW_TABLES` (one row
+per repetition, as ``probes/network.py`` writes them). Output: :class:`LinkModel` per
+placement and :class:`CollectiveCost` per (placement, op, bytes, ranks).
+
+``test`` values of the ``pingpong`` table:
+
+- ``pingpong``: one-way time (half a round trip) of a message of ``msg_bytes``;
+- ``stream``: time per message when a window of messages is in flight (streaming bandwidth);
+- ``send_overhead`` / ``recv_overhead``: time the sender spends in the send call, and the time
+  the receiver spends in the receive call once the message has already arrived (LogP o_s, o_r);
+- ``pycall``: interpreter cost of one send plus one receive call (only when the probe ran its
+  timed loops in Python); subtracted from ``pingpong`` before fitting ("corrected").
+
+The link fit is a piecewise ``latency + bytes / bandwidth`` model. Break points are chosen
+among the measured sizes by exhaustive search over 1..``max_segments`` segments, each fitted
+by least squares on relative error (times span six decades, so absolute error would only see
+the largest messages); the number of segments is chosen by BIC. The eager/rendezvous threshold
+is the first break where the time steps (a rendezvous handshake adds a round trip, but saves
+the eager copy, so the step may go either way); a change of slope alone is not a threshold.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .profile import CollectiveCost, LinkModel, LinkSegment, NetworkModel
+
+PLACEMENTS = ("intra_node", "inter_node")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentFit:
+    """Result of the piecewise fit before overheads are split off."""
+
+    breaks_bytes: tuple[float, ...]  # segment lower bounds after the first
+    latency_s: tuple[float, ...]
+    bandwidth_bytes_per_s: tuple[float, ...]
+    r2: float
+    eager_threshold_bytes: int | None
+
+
+def _fit_line(m: np.ndarray, t: np.ndarray) -> tuple[float, float, float]:
+    """t = a + m*b, minimising sum(((t - a - m b)/t)^2); a >= 0, b > 0. Returns (a, b, rss)."""
+    w = 1.0 / t
+    A = np.column_stack([w, m * w])
+    y = np.ones_like(t)
+    (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
+    if a < 0:  # no negative latency: fit slope alone
+        a = 0.0
+        b = float(np.sum(m * w * w * t) / np.sum((m * w) ** 2)) if np.any(m > 0) else 0.0
+    if b <= 0:  # flat segment: time independent of size
+        b = 0.0
+        a = float(np.sum(w) / np.sum(w * w))
+    rss = float(np.sum(((t - a - m * b) / t) ** 2))
+    return float(a), float(b), rss
+
+
+def fit_segments(msg_bytes, time_s, *, max_segments: int = 3, min_points: int = 3,
+                 jump_frac: float = 0.10, rel_floor: float = 1e-3) -> SegmentFit:
+    """Piecewise ``latency + bytes/bandwidth`` fit of median times against message size.
+
+    ``jump_frac``: a break counts as the eager/rendezvous threshold when the time predicted
+    just above it differs from the time just below it by more than this fraction (a protocol
+    switch is a step, up or down; a mere change of slope, as at a cache size, is not).
+    """
+    m = np.asarray(msg_bytes, dtype=np.float64)
+    t = np.asarray(time_s, dtype=np.float64)
+    order = np.argsort(m)
+    m, t = m[order], t[order]
+    if len(m) < 2:
+        raise ValueError("a link fit needs at least two message sizes")
+    if np.any(t <= 0) or not np.all(np.isfinite(t)):
+        raise ValueError("times must be positive and finite")
+    n = len(m)
+    best = None
+    for k in range(1, max_segments + 1):
+        if k * min_points > n:
+            break
+        for cuts in itertools.combinations(range(min_points, n - min_points + 1), k - 1):
+            bounds = (0, *cuts, n)
+            if any(b - a < min_points for a, b in zip(bounds, bounds[1:])):
+                continue
+            segs = [_fit_line(m[a:b], t[a:b]) for a, b in zip(bounds, bounds[1:])]
+            rss = sum(s[2] for s in segs)
+            n_params = 3 * k - 1
+            # floor: 0.1 % relative error per point, below which timings cannot tell models apart
+            bic = n * math.log(max(rss / n, rel_floor**2)) + n_params * math.log(n)
+            if best is None or bic < best[0] - 1e-9:
+                best = (bic, bounds, segs)
+    assert best is not None
+    _, bounds, segs = best
+    lat = tuple(s[0] for s in segs)
+    bw = tuple((1.0 / s[1]) if s[1] > 0 else float("inf") for s in segs)
+    breaks = tuple(float(m[b]) for b in bounds[1:-1])
+    pred = np.empty_like(t)
+    for (a, b), (la, sl, _) in zip(zip(bounds, bounds[1:]), segs):
+        pred[a:b] = la + m[a:b] * sl
+    # R^2 on relative error: 1 - sum(((t-p)/t)^2) / sum(((t-mean_w)/t)^2), with the weighted mean
+    w = 1.0 / t**2
+    mean_w = float(np.sum(w * t) / np.sum(w))
+    ss_tot = float(np.sum(w * (t - mean_w) ** 2))
+    ss_res = float(np.sum(w * (t - pred) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    eager = None
+    for i, br in enumerate(breaks):
+        below = segs[i][0] + br * segs[i][1]
+        above = segs[i + 1][0] + br * segs[i + 1][1]
+        if abs(above - below) > below * jump_frac:
+            eager = int(br)
+            break
+    return SegmentFit(breaks_bytes=breaks, latency_s=lat, bandwidth_bytes_per_s=bw, r2=r2,
+                      eager_threshold_bytes=eager)
+
+
+def fit_link(msg_bytes, one_way_s, *, send_overhead_s: float = 0.0, recv_overhead_s: float = 0.0,
+             streaming_bandwidth_bytes_per_s: float | None = None, max_segments: int = 3) -> LinkModel:
+    """A :class:`LinkModel` from median one-way times (overheads included, as ping-pong measures).
+
+    Segment latencies are the fitted intercepts less ``send_overhead_s + recv_overhead_s``
+    (clamped at 0), so ``transfer_time_s`` excludes the overheads the replay adds itself.
+    When no upward jump is found, every measured size is taken as eager (the threshold is the
+    largest size measured).
+    """
+    m = np.asarray(msg_bytes, dtype=np.float64)
+    t = np.asarray(one_way_s, dtype=np.float64)
+    order = np.argsort(m)
+    m, t = m[order], t[order]
+    fit = fit_segments(m, t, max_segments=max_segments)
+    overhead = send_overhead_s + recv_overhead_s
+    lows = (0.0, *fit.breaks_bytes)
+    highs = (*fit.breaks_bytes, float("inf"))
+    big = 1e30  # stand-in for an infinite bandwidth of a flat segment
+    segments = tuple(
+        LinkSegment(min_bytes=lo, max_bytes=hi if math.isfinite(hi) else 2.0**62,
+                    latency_s=max(lat - overhead, 0.0), bandwidth_bytes_per_s=min(bw, big))
+        for lo, hi, lat, bw in zip(lows, highs, fit.latency_s, fit.bandwidth_bytes_per_s))
+    eager = fit.eager_threshold_bytes if fit.eager_threshold_bytes is not None else int(m[-1])
+    return LinkModel(
+        latency_s=segments[0].latency_s,
+        bandwidth_bytes_per_s=segments[-1].bandwidth_bytes_per_s,
+        eager_threshold_bytes=eager,
+        send_overhead_s=float(send_overhead_s), recv_overhead_s=float(recv_overhead_s),
+        segments=segments, fit_r2=float(fit.r2),
+        streaming_bandwidth_bytes_per_s=streaming_bandwidth_bytes_per_s,
+        msg_bytes=tuple(float(x) for x in m), one_way_s=tuple(float(x) for x in t))
+
+
+# ---------------------------------------------------------------- from raw tables
+
+def _median_by_size(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    g = df.groupby("msg_bytes")["time_s"].median()
+    return g.index.to_numpy(dtype=np.float64), g.to_numpy(dtype=np.float64)
+
+
+def corrected_pingpong(pp: pd.DataFrame, placement: str) -> pd.DataFrame:
+    """The ``pingpong`` rows of one placement with the interpreter's per-call cost removed.
+
+    Returns columns msg_bytes, rep, time_s (raw) and time_corrected_s.
+    """
+    rows = pp[(pp.placement == placement) & (pp.test == "pingpong")].copy()
+    py = pp[(pp.placement == placement) & (pp.test == "pycall")]
+    corr = float(py.time_s.median()) if len(py) else 0.0
+    rows["time_corrected_s"] = rows.time_s - corr
+    return rows[["msg_bytes", "rep", "time_s", "time_corrected_s"]].reset_index(drop=True)
+
+
+def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
+    """LinkModel of one placement from the ``pingpong`` raw table, or None if not measured."""
+    rows = corrected_pingpong(pp, placement)
+    if rows.empty:
+        return None
+    sizes = rows.groupby("msg_bytes")["time_corrected_s"].median()
+    m = sizes.index.to_numpy(dtype=np.float64)
+    t = sizes.to_numpy(dtype=np.float64)
+    floor = max(float(np.min(t[t > 0])) * 0.05 if np.any(t > 0) else 1e-9, 1e-9)
+    t = np.maximum(t, floor)  # a correction larger than a sample must not give t <= 0
+    sel = pp[pp.placement == placement]
+    py = sel[sel.test == "pycall"]
+    py_s = float(py.time_s.median()) if len(py) else 0.0
+
+    def small_median(test: str) -> float:
+        d = sel[sel.test == test]
+        if d.empty:
+            return 0.0
+        m0 = d.msg_bytes.min()
+        # the overhead probe's calls are timed in Python too when pycall exists: half per call
+        return max(float(d[d.msg_bytes == m0].time_s.median()) - py_s / 2.0, 0.0)
+
+    o_s = small_median("send_overhead")
+    o_r = small_median("recv_overhead")
+    stream_bw = None
+    st = sel[sel.test == "stream"]
+    if not st.empty:
+        sm, stt = _median_by_size(st)
+        stream_bw = float(np.max(sm / stt))
+    return fit_link(m, t, send_overhead_s=o_s, recv_overhead_s=o_r, streaming_bandwidth_bytes_per_s=stream_bw)
+
+
+def fit_collectives(coll: pd.DataFrame) -> tuple[CollectiveCost, ...]:
+    """Median time per (placement, op, bytes, ranks), less the one-rank per-call floor.
+
+    Rows with ``n_ranks == 1`` (the op on a one-rank communicator) measure what the call costs
+    with no communication (interpreter and library entry); the median at the smallest size of
+    each op is subtracted from that op's times, never below 5 % of the raw median.
+    """
+    if coll is None or coll.empty:
+        return ()
+    out = []
+    floors = {}
+    for op, d in coll[coll.n_ranks == 1].groupby("op"):
+        m0 = d.msg_bytes.min()
+        floors[op] = float(d[d.msg_bytes == m0].time_s.median())
+    for (placement, op, mb, nr), d in coll[coll.n_ranks >= 2].groupby(
+            ["placement", "op", "msg_bytes", "n_ranks"], sort=True):
+        med = float(d.time_s.median())
+        spread = float((d.time_s.max() - d.time_s.min()) / med) if med > 0 else None
+        t = max(med - floors.get(op, 0.0), 0.05 * med)
+        out.append(CollectiveCost(op=str(op), msg_bytes=int(mb), n_ranks=int(nr), time_s=t,
+                                  spread_frac=spread, placement=str(placement)))
+    return tuple(out)
+
+
+def fit_network(tables: dict[str, pd.DataFrame], *, mpi_library: str = "") -> NetworkModel:
+    """NetworkModel from the raw ``pingpong`` and ``collective`` tables."""
+    pp = tables.get("pingpong")
+    links = {}
+    for placement in PLACEMENTS:
+        links[placement] = fit_placement(pp, placement) if pp is not None and not pp.empty else None
+    return NetworkModel(intra_node=links["intra_node"], inter_node=links["inter_node"],
+                        collectives=fit_collectives(tables.get("collective")), mpi_library=mpi_library)

@@ -1,0 +1,114 @@
+"""The network fit recovers known parameters from synthetic ping-pong and collective curves."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pmac.fit_network import (corrected_pingpong, fit_collectives, fit_link, fit_network,
+                              fit_segments)
+from pmac.profile import RAW_TABLES
+
+SIZES = np.array([0] + [2**k for k in range(0, 25)], dtype=np.float64)  # 0 B .. 16 MiB
+
+
+def two_regime(m, *, lat1=1.0e-6, bw1=4e9, lat2=5.0e-6, bw2=10e9, thr=65536):
+    m = np.asarray(m, dtype=np.float64)
+    return np.where(m < thr, lat1 + m / bw1, lat2 + m / bw2)
+
+
+def test_two_segments_recovered_exactly():
+    t = two_regime(SIZES)
+    fit = fit_segments(SIZES, t)
+    assert fit.breaks_bytes == (65536.0,)
+    assert fit.eager_threshold_bytes == 65536
+    assert fit.latency_s == pytest.approx((1.0e-6, 5.0e-6), rel=1e-6)
+    assert fit.bandwidth_bytes_per_s == pytest.approx((4e9, 10e9), rel=1e-6)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-9)
+
+
+def test_noisy_curve_within_tolerance():
+    rng = np.random.default_rng(7)
+    t = two_regime(SIZES, thr=16384) * (1 + rng.normal(0, 0.01, SIZES.size))
+    link = fit_link(SIZES, t, send_overhead_s=0.2e-6, recv_overhead_s=0.3e-6)
+    assert link.eager_threshold_bytes == 16384
+    # overheads are split off the wire latency: 1.0 us - 0.5 us
+    assert link.latency_s == pytest.approx(0.5e-6, rel=0.08)
+    assert link.bandwidth_bytes_per_s == pytest.approx(10e9, rel=0.03)
+    assert link.segments[0].bandwidth_bytes_per_s == pytest.approx(4e9, rel=0.1)
+    assert link.fit_r2 > 0.99
+    # transfer time + overheads reproduces the measured curve
+    pred = link.transfer_time_s(SIZES) + 0.5e-6
+    assert np.max(np.abs(pred / t - 1)) < 0.05
+
+
+def test_single_regime_has_no_threshold_jump():
+    t = 2e-6 + SIZES / 5e9
+    link = fit_link(SIZES, t)
+    assert len(link.segments) == 1
+    assert link.eager_threshold_bytes == int(SIZES[-1])  # no jump: everything eager
+    assert link.latency_s == pytest.approx(2e-6, rel=1e-6)
+    assert link.bandwidth_bytes_per_s == pytest.approx(5e9, rel=1e-6)
+
+
+def test_three_regimes():
+    # cache-resident copy, then a slower memory-bound regime, then rendezvous at 256 KiB
+    m = SIZES
+    t = np.where(m < 4096, 0.5e-6 + m / 2e9,
+                 np.where(m < 262144, 0.5e-6 + 4096 / 2e9 - 4096 / 8e9 + m / 8e9, 8e-6 + m / 6e9))
+    fit = fit_segments(m, t)
+    # the kink is continuous, so 4096 fits either side; the step at 256 KiB is exact
+    assert fit.breaks_bytes[0] in (4096.0, 8192.0) and fit.breaks_bytes[1] == 262144.0
+    assert fit.eager_threshold_bytes == 262144  # the continuous break is not a threshold
+    assert fit.bandwidth_bytes_per_s == pytest.approx((2e9, 8e9, 6e9), rel=1e-6)
+    assert fit.latency_s[2] == pytest.approx(8e-6, rel=1e-6)
+
+
+def raw_tables():
+    rows = []
+    rng = np.random.default_rng(1)
+    for rep in range(5):
+        for m in SIZES:
+            t = float(two_regime(m)) * (1 + 0.005 * rng.standard_normal())
+            rows.append(("intra_node", "pingpong", int(m), rep, t + 0.4e-6))  # + Python per-call cost
+        rows.append(("intra_node", "pycall", 0, rep, 0.4e-6))
+        rows.append(("intra_node", "send_overhead", 8, rep, 0.2e-6 + 0.2e-6))  # + half a pycall
+        rows.append(("intra_node", "recv_overhead", 8, rep, 0.1e-6 + 0.2e-6))
+        for m in (65536, 1 << 20, 4 << 20):
+            rows.append(("intra_node", "stream", m, rep, m / 12e9))
+    pp = pd.DataFrame(rows, columns=["placement", "test", "msg_bytes", "rep", "time_s"])
+    crow = []
+    for rep in range(3):
+        for nr in (1, 2):
+            for mb in (8, 1024):
+                base = 0.3e-6 if nr == 1 else 0.3e-6 + 2e-6 + mb / 1e9
+                crow.append(("intra_node", "allreduce", mb, nr, rep, base * (1 + 0.01 * rep)))
+    coll = pd.DataFrame(crow, columns=["placement", "op", "msg_bytes", "n_ranks", "rep", "time_s"])
+    return {"pingpong": RAW_TABLES["pingpong"].coerce(pp), "collective": RAW_TABLES["collective"].coerce(coll)}
+
+
+def test_fit_network_from_raw_tables():
+    tables = raw_tables()
+    corr = corrected_pingpong(tables["pingpong"], "intra_node")
+    assert (corr.time_s - corr.time_corrected_s).to_numpy() == pytest.approx(0.4e-6)
+    net = fit_network(tables, mpi_library="MPICH test")
+    assert net.inter_node is None and net.mpi_library == "MPICH test"
+    link = net.intra_node
+    assert link.send_overhead_s == pytest.approx(0.2e-6, rel=1e-6)
+    assert link.recv_overhead_s == pytest.approx(0.1e-6, rel=1e-6)
+    assert link.eager_threshold_bytes == 65536
+    assert link.latency_s == pytest.approx(1.0e-6 - 0.3e-6, rel=0.05)
+    assert link.bandwidth_bytes_per_s == pytest.approx(10e9, rel=0.02)
+    assert link.streaming_bandwidth_bytes_per_s == pytest.approx(12e9, rel=1e-6)
+    colls = {(c.op, c.msg_bytes, c.n_ranks): c for c in net.collectives}
+    assert set(colls) == {("allreduce", 8, 2), ("allreduce", 1024, 2)}
+    # the one-rank floor (0.3 us, smallest size) is subtracted
+    assert colls[("allreduce", 8, 2)].time_s == pytest.approx((0.3e-6 + 2e-6 + 8e-9) * 1.01 - 0.303e-6, rel=1e-6)
+    assert colls[("allreduce", 1024, 2)].spread_frac == pytest.approx(0.02 / 1.01, rel=1e-3)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="positive"):
+        fit_segments([1, 2, 3], [1e-6, 0.0, 1e-6])
+    with pytest.raises(ValueError, match="two message sizes"):
+        fit_segments([1], [1e-6])
+    assert fit_collectives(pd.DataFrame()) == ()
