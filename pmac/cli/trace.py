@@ -1,0 +1,92 @@
+"""pmac trace -o signatures/NAME [--param k=v ...] [--memory [--ranks 0]] -- mpiexec -n 4 ./app args
+
+Runs the command with the PMPI shim preloaded (built for the MPI the program loads, cached) and
+writes the signature's MPI event tables; ``--memory`` also takes a memory signature.
+"""
+
+from __future__ import annotations
+
+HELP = "record an MPI program's calls (PMPI shim) into signatures/NAME"
+
+
+def add_arguments(p):
+    p.add_argument("-o", "--output", required=True, metavar="signatures/NAME", help="signature folder to write")
+    p.add_argument("--param", action="append", default=[], metavar="K=V",
+                   help="application parameter to store in the signature (repeatable), e.g. --param n=512")
+    p.add_argument("--description", default="", help="one line saying what was traced")
+    p.add_argument("--memory", action="store_true", help="also record the memory signature (valgrind)")
+    p.add_argument("--ranks", default=None, metavar="LIST",
+                   help="with --memory: world ranks to trace memory of, e.g. 0 or 0,2 (default: all)")
+    p.add_argument("--no-mpi", action="store_true", help="with --memory: skip the MPI trace")
+    p.add_argument("--keep-raw", action="store_true", help="keep the per-rank raw files in NAME/raw/")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="kill the program after this")
+    p.add_argument("command", nargs="+", metavar="-- COMMAND", help="the MPI command line, after --")
+
+
+def _params(items):
+    from ..errors import InputError
+
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise InputError(f"--param {it!r}: expected KEY=VALUE")
+        k, v = it.split("=", 1)
+        for conv in (int, float):
+            try:
+                v = conv(v)
+                break
+            except ValueError:
+                continue
+        out[k.strip()] = v
+    return out
+
+
+def run(args) -> int:
+    import sys
+    from pathlib import Path
+
+    from ..errors import InputError
+    from .progress import ProgressBar
+
+    argv = list(args.command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise InputError("no command to trace: pmac trace -o signatures/NAME -- mpiexec -n 4 ./app")
+    out = Path(args.output)
+    params = _params(args.param)
+    status = 0
+    if not args.no_mpi:
+        from ..trace import op_name
+        from ..tracer import trace_mpi
+
+        with ProgressBar("trace") as bar:
+            res = trace_mpi(argv, out, parameters=params, description=args.description, keep_raw=args.keep_raw,
+                            timeout_s=args.timeout, progress=bar)
+        ev = res.signature.events
+        print(f"{out}: {res.signature.n_ranks} ranks, {len(ev)} MPI calls, "
+              f"{int(ev['send_bytes'].sum())} bytes sent, traced run {res.wall_s:.2f} s ({res.shim.libmpi})")
+        counts = ev["op"].value_counts()
+        print("  " + ", ".join(f"{op_name(o)} {n}" for o, n in sorted(counts.items(), key=lambda x: -x[1])[:12]))
+        for w in res.warnings:
+            print(f"pmac trace: warning: {w}", file=sys.stderr)
+        if res.returncode != 0:
+            print(f"pmac trace: warning: the program exited with code {res.returncode}; "
+                  f"the signature holds what it recorded", file=sys.stderr)
+            status = 1
+    if args.memory:
+        try:
+            from ..memtrace import trace_memory
+        except ImportError:
+            print("pmac trace: memory tracing not available in this build", file=sys.stderr)
+            return 2
+        ranks = None
+        if args.ranks:
+            try:
+                ranks = tuple(int(x) for x in args.ranks.split(","))
+            except ValueError:
+                raise InputError(f"--ranks {args.ranks!r}: expected world ranks like 0 or 0,2") from None
+        with ProgressBar("memory") as bar:
+            trace_memory(argv, out, ranks=ranks, progress=bar)
+        print(f"{out}: memory signature written")
+    return status

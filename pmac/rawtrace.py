@@ -1,0 +1,350 @@
+"""Read the PMPI shim's raw per-rank files into the signature's event tables (pmac.trace).
+
+The file layout is described at the top of ``pmac/shim/runtime.h``: a 128-byte header and
+96-byte records. This reader
+
+- accepts a file cut inside a record (a killed program) and reports the cut;
+- translates communicator-local ranks to world ranks with the members the shim recorded,
+  and gives communicators ids that agree across ranks (key: member list + occurrence);
+- renumbers request handles (which MPI reuses) as the ``seq`` of the call that created them,
+  so a wait names the request of its own isend/irecv even when the handle was recycled;
+- checks that every send has a receive (same communicator, source, destination, tag).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import InputError, TruncatedError
+from .trace import COMMS, EVENTS, REQUESTS, VCOUNTS, Op
+
+MAGIC = b"PMACRAW\0"
+VERSION = 1
+HEADER_BYTES = 128
+RECORD_BYTES = 96
+
+HEADER_DTYPE = np.dtype([("magic", "S8"), ("version", "<u4"), ("rec_size", "<u4"), ("rank", "<i4"), ("size", "<i4"),
+                         ("pid", "<i4"), ("has_valgrind", "<i4"), ("epoch_mono_ns", "<i8"), ("epoch_real_ns", "<i8"),
+                         ("host", "S64"), ("pad", "S16")])
+RECORD_DTYPE = np.dtype([("type", "u1"), ("flag", "u1"), ("op", "<i2"), ("comm", "<i4"), ("seq", "<i8"),
+                         ("t_start_ns", "<i8"), ("t_end_ns", "<i8"), ("dest", "<i4"), ("source", "<i4"),
+                         ("send_tag", "<i4"), ("recv_tag", "<i4"), ("send_bytes", "<i8"), ("recv_bytes", "<i8"),
+                         ("root", "<i4"), ("new_comm", "<i4"), ("request", "<i8"), ("aux", "<i8"),
+                         ("n_sub", "<i4"), ("pad", "<i4")])
+assert HEADER_DTYPE.itemsize == HEADER_BYTES and RECORD_DTYPE.itemsize == RECORD_BYTES
+
+T_EVENT, T_REQ, T_VCOUNT, T_COMMDEF, T_MEMBER = 1, 2, 3, 4, 5
+
+_CREATES_REQUEST = frozenset({Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND, Op.IRECV, Op.IMRECV, Op.SEND_INIT,
+                              Op.RECV_INIT, Op.COMM_IDUP} | {o for o in Op if 80 <= o < 100})
+_RECV_REQUEST_OPS = frozenset({Op.IRECV, Op.IMRECV, Op.RECV_INIT})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawRank:
+    path: str
+    rank: int
+    size: int
+    pid: int
+    host: str
+    epoch_real_ns: int
+    records: np.ndarray
+    #: bytes after the last whole record (0 when the file ends cleanly)
+    truncated_bytes: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawTrace:
+    n_ranks: int
+    events: pd.DataFrame
+    requests: pd.DataFrame
+    vcounts: pd.DataFrame
+    comms: pd.DataFrame
+    rank_hosts: tuple[str, ...]
+    #: human-readable problems: truncated files, missing ranks, unmatched messages
+    warnings: tuple[str, ...] = ()
+    unmatched: tuple[str, ...] = ()
+    truncated_ranks: tuple[int, ...] = ()
+    missing_ranks: tuple[int, ...] = ()
+    has_valgrind: bool = False
+    stats: dict = field(default_factory=dict)
+
+
+def read_raw_file(path: str | Path) -> RawRank:
+    path = Path(path)
+    data = path.read_bytes()
+    if len(data) < HEADER_BYTES:
+        raise TruncatedError(f"{len(data)} bytes: shorter than the {HEADER_BYTES}-byte header", path=path)
+    hdr = np.frombuffer(data[:HEADER_BYTES], HEADER_DTYPE)[0]
+    if bytes(hdr["magic"]).ljust(8, b"\0") != MAGIC:
+        raise InputError("not a pmac raw trace (bad magic)", path=path)
+    if int(hdr["version"]) != VERSION or int(hdr["rec_size"]) != RECORD_BYTES:
+        raise InputError(f"raw trace version {int(hdr['version'])} / record size {int(hdr['rec_size'])} "
+                         f"not supported (expected {VERSION} / {RECORD_BYTES})", path=path)
+    body = len(data) - HEADER_BYTES
+    n = body // RECORD_BYTES
+    recs = np.frombuffer(data, RECORD_DTYPE, count=n, offset=HEADER_BYTES).copy()
+    return RawRank(path=str(path), rank=int(hdr["rank"]), size=int(hdr["size"]), pid=int(hdr["pid"]),
+                   host=bytes(hdr["host"]).split(b"\0")[0].decode(errors="replace"),
+                   epoch_real_ns=int(hdr["epoch_real_ns"]), records=recs, truncated_bytes=body - n * RECORD_BYTES)
+
+
+def raw_files(folder: str | Path) -> list[Path]:
+    return sorted(Path(folder).glob("rank-*.pmr"))
+
+
+def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
+    """All ``rank-*.pmr`` files of one run -> signature tables + what went wrong."""
+    folder = Path(folder)
+    files = raw_files(folder)
+    if not files:
+        raise InputError("no raw trace files (rank-*.pmr): did the program call MPI_Init with the shim loaded?",
+                         path=folder)
+    ranks = [read_raw_file(f) for f in files]
+    size = n_ranks or max(r.size for r in ranks)
+    warnings: list[str] = []
+    by_rank = {}
+    for r in ranks:
+        if r.size != size:
+            raise InputError(f"rank {r.rank} ran in a world of {r.size}, others in {size}: files of two runs?",
+                             path=r.path)
+        by_rank[r.rank] = r
+    missing = tuple(i for i in range(size) if i not in by_rank)
+    if missing:
+        warnings.append(f"no trace from rank(s) {', '.join(map(str, missing))}")
+    truncated = []
+    for r in ranks:
+        if r.truncated_bytes:
+            truncated.append(r.rank)
+            warnings.append(f"{r.path}: truncated inside a record ({r.truncated_bytes} trailing bytes dropped; "
+                            f"{len(r.records)} whole records kept)")
+
+    # ---- communicators: per-rank local id -> global id, members in world ranks
+    defs: dict[int, dict[int, tuple[int, ...]]] = {}
+    occ_key: dict[int, dict[int, tuple]] = {}
+    all_keys: dict[tuple, int] = {}
+    for r in ranks:
+        rec = r.records
+        idx = np.flatnonzero(rec["type"] == T_COMMDEF)
+        d, keys, seen = {}, {}, Counter()
+        for i in idx:
+            n = int(rec["n_sub"][i])
+            mem = rec[i + 1: i + 1 + n]
+            if len(mem) < n or np.any(mem["type"] != T_MEMBER):
+                warnings.append(f"{r.path}: communicator definition cut short")
+                continue
+            members = tuple(int(x) for x in mem["dest"])
+            cid = int(rec["comm"][i])
+            k = (members, seen[members])
+            seen[members] += 1
+            d[cid] = members
+            keys[cid] = k
+            first = int(rec["seq"][i])
+            all_keys[k] = min(all_keys.get(k, first), first)
+        defs[r.rank], occ_key[r.rank] = d, keys
+    world = (tuple(range(size)), 0)
+    ordered = sorted(all_keys, key=lambda k: (k != world, all_keys[k], k[0]))
+    global_id = {k: i for i, k in enumerate(ordered)}
+    comm_rows = [(global_id[k], lr, wr) for k in ordered for lr, wr in enumerate(k[0])]
+    comms = pd.DataFrame(comm_rows, columns=["comm", "local_rank", "world_rank"])
+
+    ev_parts, rq_parts, vc_parts = [], [], []
+    sends, recvs = Counter(), Counter()
+    has_vg = False
+    n_records = 0
+    for r in sorted(ranks, key=lambda x: x.rank):
+        e, q, v = _rank_tables(r, defs[r.rank], occ_key[r.rank], global_id, warnings, sends, recvs)
+        ev_parts.append(e)
+        rq_parts.append(q)
+        vc_parts.append(v)
+        n_records += len(r.records)
+
+    def cat(parts, spec):
+        parts = [p for p in parts if len(p)]
+        return spec.coerce(pd.concat(parts, ignore_index=True)) if parts else spec.empty()
+
+    events = cat(ev_parts, EVENTS)
+    requests = cat(rq_parts, REQUESTS)
+    if len(ev_parts) > 1 and len(requests):
+        # req_offset is per rank while building; make it global
+        offs = np.cumsum([0] + [len(p) for p in rq_parts[:-1]])
+        ro = events["req_offset"].to_numpy().copy()
+        rk = events["rank"].to_numpy()
+        present = sorted(by_rank)
+        for i, rank in enumerate(present):
+            m = (rk == rank) & (ro >= 0)
+            ro[m] += offs[i]
+        events["req_offset"] = ro
+    unmatched = []
+    for key in sorted(set(sends) | set(recvs)):
+        if sends[key] != recvs[key]:
+            comm, src, dst, tag = key
+            unmatched.append(f"comm {comm} {src}->{dst} tag {tag}: {sends[key]} send(s), {recvs[key]} receive(s)")
+    if unmatched and not missing and not truncated:
+        warnings.append(f"{len(unmatched)} unmatched send/receive stream(s), e.g. {unmatched[0]}")
+    hosts = tuple(by_rank[i].host if i in by_rank else "" for i in range(size))
+    return RawTrace(n_ranks=size, events=events, requests=requests, vcounts=cat(vc_parts, VCOUNTS),
+                    comms=COMMS.coerce(comms), rank_hosts=hosts, warnings=tuple(warnings),
+                    unmatched=tuple(unmatched), truncated_ranks=tuple(truncated), missing_ranks=missing,
+                    has_valgrind=has_vg, stats={"n_records": n_records})
+
+
+def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, recvs: Counter):
+    rec = r.records
+    typ = rec["type"]
+    ev_idx = np.flatnonzero(typ == T_EVENT)
+    ev = rec[ev_idx]
+    n = len(ev)
+    rank = r.rank
+    # local comm id -> (global id, members)
+    gmap = {cid: global_id[keys[cid]] for cid in defs}
+    local = ev["comm"].astype(np.int64)
+    gcomm = np.array([gmap.get(int(c), -1) for c in local], dtype=np.int32) if n else np.zeros(0, np.int32)
+
+    def to_world(vals, comms_local):
+        out = np.asarray(vals, dtype=np.int32).copy()
+        for cid in np.unique(comms_local):
+            members = defs.get(int(cid))
+            m = (comms_local == cid) & (out >= 0)
+            if members is None:
+                continue
+            arr = np.asarray(members, dtype=np.int32)
+            ok = m & (out < len(arr))
+            out[ok] = arr[out[ok]]
+        return out
+
+    # matched receives learn their communicator from the probe that returned the message
+    ops = ev["op"].astype(np.int16)
+    msg_comm: dict[int, int] = {}
+    comm_local = local.copy()
+    for i in np.flatnonzero(np.isin(ops, [Op.MPROBE, Op.IMPROBE, Op.MRECV, Op.IMRECV])):
+        o = int(ops[i])
+        if o in (Op.MPROBE, Op.IMPROBE):
+            msg_comm[int(ev["aux"][i])] = int(comm_local[i])
+        else:
+            comm_local[i] = msg_comm.pop(int(ev["aux"][i]), -1)
+    gcomm = np.array([gmap.get(int(c), -1) for c in comm_local], dtype=np.int32) if n else gcomm
+
+    t0 = ev["t_start_ns"].astype(np.float64) * 1e-9
+    t1 = ev["t_end_ns"].astype(np.float64) * 1e-9
+    prev_end = np.concatenate([[0.0], t1[:-1]]) if n else t1
+    root_local = ev["root"]
+    events = pd.DataFrame({
+        "rank": np.full(n, rank, np.int32), "seq": ev["seq"], "op": ops,
+        "t_start_s": t0, "t_end_s": t1, "burst_s": np.maximum(t0 - prev_end, 0.0),
+        "comm": gcomm, "dest": to_world(ev["dest"], comm_local), "source": to_world(ev["source"], comm_local),
+        "send_tag": ev["send_tag"], "recv_tag": ev["recv_tag"],
+        "send_bytes": ev["send_bytes"], "recv_bytes": ev["recv_bytes"],
+        "root": to_world(root_local, comm_local), "request": np.full(n, -1, np.int64),
+        "req_offset": np.full(n, -1, np.int64), "n_requests": np.zeros(n, np.int32),
+        "new_comm": np.array([gmap.get(int(c), -1) if c >= 0 else -1 for c in ev["new_comm"]], dtype=np.int32),
+    })
+
+    # sub-records: owner event = the last event before them
+    owner = np.cumsum(typ == T_EVENT) - 1
+    sub_req = np.flatnonzero((typ == T_REQ) & (owner >= 0))
+    sub_v = np.flatnonzero((typ == T_VCOUNT) & (owner >= 0))
+    declared = ev["n_sub"]
+    if n:
+        # the last event may have lost sub-records to a cut
+        have = np.bincount(owner[(typ == T_REQ) | (typ == T_VCOUNT)], minlength=n)[:n] if (len(sub_req) + len(sub_v)) else np.zeros(n, int)
+        short = np.flatnonzero((declared > have) & (np.isin(ops, list(_SUBS_OPS))))
+        if len(short):
+            warnings.append(f"{r.path}: {len(short)} call(s) lost part of their request/count list (cut trace)")
+
+    # requests: renumber handles as the seq of the creating call; walk in call order
+    req_col = events["request"].to_numpy().copy()
+    ro = events["req_offset"].to_numpy().copy()
+    nr = events["n_requests"].to_numpy().copy()
+    live: dict[int, tuple[int, int, int]] = {}  # handle -> (seq, local comm, op)
+    sub_by_owner: dict[int, list[int]] = defaultdict(list)
+    for j in sub_req:
+        sub_by_owner[int(owner[j])].append(int(j))
+    rq_rows = []
+    evreq = ev["request"]
+    seqs = ev["seq"]
+    # per-rank persistent-request start counts (for the send/recv check)
+    for i in np.flatnonzero(np.isin(ops, list(_CREATES_REQUEST | _REQUEST_USERS))):
+        o = int(ops[i])
+        if o in _CREATES_REQUEST:
+            live[int(evreq[i])] = (int(seqs[i]), int(comm_local[i]), o)
+            req_col[i] = int(seqs[i])
+            if o in (Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND) and ev["dest"][i] >= 0:
+                sends[(int(gcomm[i]), rank, int(events["dest"].iat[i]), int(ev["send_tag"][i]))] += 1
+            continue
+        if o == Op.REQUEST_FREE:
+            h = int(evreq[i])
+            info = live.pop(h, None)
+            req_col[i] = info[0] if info else -1
+            continue
+        subs = sub_by_owner.get(int(i), [])
+        ro[i] = len(rq_rows) if subs else -1
+        nr[i] = len(subs)
+        for j in subs:
+            h = int(rec["request"][j])
+            info = live.get(h)
+            completed = int(rec["flag"][j])
+            src, nbytes = -1, 0
+            if info is not None:
+                cseq, ccomm, cop = info
+                if o in (Op.START, Op.STARTALL):
+                    if cop == Op.SEND_INIT:
+                        s_i = np.searchsorted(seqs, cseq)
+                        if ev["dest"][s_i] >= 0:
+                            sends[(int(gcomm[s_i]), rank, int(events["dest"].iat[s_i]), int(ev["send_tag"][s_i]))] += 1
+                    completed = 0
+                elif completed:
+                    if cop in _RECV_REQUEST_OPS:
+                        src_local = int(rec["source"][j])
+                        src = _one_world(src_local, defs.get(ccomm))
+                        nbytes = int(rec["recv_bytes"][j])
+                        if src >= 0:
+                            recvs[(gmap.get(ccomm, -1), src, rank, int(rec["recv_tag"][j]))] += 1
+                    if cop not in (Op.SEND_INIT, Op.RECV_INIT):
+                        live.pop(h, None)
+                rq_rows.append((rank, cseq, completed, src, nbytes))
+            else:
+                rq_rows.append((rank, -1, 0, -1, 0))  # MPI_REQUEST_NULL or a request we never saw made
+        if o == Op.START and subs:
+            req_col[i] = rq_rows[ro[i]][1]
+    events["request"] = req_col
+    events["req_offset"] = ro
+    events["n_requests"] = nr
+
+    # blocking sends / receives for the match check
+    dest_w = events["dest"].to_numpy()
+    src_w = events["source"].to_numpy()
+    for i in np.flatnonzero(np.isin(ops, [Op.SEND, Op.SSEND, Op.BSEND, Op.RSEND, Op.SENDRECV, Op.SENDRECV_REPLACE])):
+        if dest_w[i] >= 0:
+            sends[(int(gcomm[i]), rank, int(dest_w[i]), int(ev["send_tag"][i]))] += 1
+    for i in np.flatnonzero(np.isin(ops, [Op.RECV, Op.MRECV, Op.SENDRECV, Op.SENDRECV_REPLACE])):
+        if src_w[i] >= 0:
+            recvs[(int(gcomm[i]), int(src_w[i]), rank, int(ev["recv_tag"][i]))] += 1
+
+    requests = pd.DataFrame(rq_rows, columns=["rank", "request", "completed", "source", "recv_bytes"]) if rq_rows \
+        else REQUESTS.empty()
+    if len(sub_v):
+        own = owner[sub_v]
+        vcomm = comm_local[own]
+        vc = pd.DataFrame({"rank": np.full(len(sub_v), rank, np.int32), "seq": ev["seq"][own],
+                           "peer": to_world(rec["dest"][sub_v], vcomm),
+                           "send_bytes": rec["send_bytes"][sub_v], "recv_bytes": rec["recv_bytes"][sub_v]})
+    else:
+        vc = VCOUNTS.empty()
+    return events, requests, vc
+
+
+def _one_world(local: int, members) -> int:
+    if local < 0 or members is None or local >= len(members):
+        return local
+    return int(members[local])
+
+
+_REQUEST_USERS = frozenset({o for o in Op if 50 <= o < 60} | {Op.START, Op.STARTALL, Op.REQUEST_FREE})
+_SUBS_OPS = frozenset(_REQUEST_USERS - {Op.REQUEST_FREE} | {Op.GATHERV, Op.SCATTERV, Op.ALLGATHERV, Op.ALLTOALLV,
+                                                            Op.ALLTOALLW, Op.REDUCE_SCATTER})
