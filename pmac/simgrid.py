@@ -19,9 +19,10 @@ an index file listing per-rank files (SimGrid's ``split_traces``). Mapping to pm
 - ``isend``/``irecv`` create requests (ids from 1 per rank); ``wait src dst tag`` completes the
   oldest pending request with that key (SimGrid's rule); ``test`` names it without completing it
   (whether a test succeeds is the replay's business); ``waitall`` completes every pending request.
-- Vector collectives store per-peer byte counts in ``vcounts`` as the action line lists them:
+- Vector collectives store per-peer byte counts in ``vcounts`` as the PMPI tracer does:
   ``send_bytes`` = bytes from this rank to the peer, ``recv_bytes`` = bytes from the peer to this
-  rank (``reducescatter``: ``send_bytes`` = the peer's block size, ``recv_bytes`` = this rank's).
+  rank; gatherv/scatterv at the root only; allgatherv/alltoallv on every rank; reducescatter:
+  ``send_bytes`` = the peer's block size, ``recv_bytes`` = this rank's block size.
 - Collective byte columns (this rank's view): bcast root sends / others receive ``n``; reduce sends
   ``n``, root also receives ``n``; allreduce/scan send and receive ``n``; gather/allgather send ``s``,
   receive ``P r`` (gather: root only); scatter root sends ``P s``, all receive ``r``; alltoall send
@@ -287,9 +288,12 @@ class _Parser:
             rc = [self.count(t, f"{a} recv count") * d2 for t in args[1:1 + P]]
             seq = self.emit(st, Op.GATHERV if a == "gatherv" else Op.ALLGATHERV, root=root, send_bytes=s,
                             recv_bytes=sum(rc) if (a == "allgatherv" or rank == root) else 0)
-            for p in range(P):
-                to_p = s if (a == "allgatherv" or p == root) else 0
-                self.vcounts.append((rank, seq, p, to_p, rc[p]))
+            if a == "allgatherv":
+                for p in range(P):
+                    self.vcounts.append((rank, seq, p, s, rc[p]))
+            elif rank == root:  # like the PMPI tracer: per-peer counts at the root only
+                for p in range(P):
+                    self.vcounts.append((rank, seq, p, 0, rc[p]))
         elif a == "scatterv":
             P = self.n
             if len(args) < 1 + P:
@@ -299,8 +303,9 @@ class _Parser:
             sc = [self.count(t, "scatterv send count") * d1 for t in args[0:P]]
             r = self.count(args[P], "scatterv recv size") * d2
             seq = self.emit(st, Op.SCATTERV, root=root, send_bytes=sum(sc) if rank == root else 0, recv_bytes=r)
-            for p in range(P):
-                self.vcounts.append((rank, seq, p, sc[p], r if p == root else 0))
+            if rank == root:
+                for p in range(P):
+                    self.vcounts.append((rank, seq, p, sc[p], 0))
         elif a == "alltoallv":
             P = self.n
             if len(args) < 2 + 2 * P:
@@ -597,7 +602,8 @@ def simgrid_lines(sig: Signature, *, flop_per_s: float | None = None) -> tuple[d
         elif kind == "allreduce" or kind == "scan" or kind == "exscan":
             lines.append(f"{pre}{kind} {max(sb_l[i], rb_l[i])} 0")
         elif kind == "sendrecv":
-            lines.append(f"{pre}sendRecv {sb_l[i]} {dest_l[i]} {rb_l[i]} {src_l[i]}")
+            # SimGrid requires both datatypes on sendRecv lines
+            lines.append(f"{pre}sendRecv {sb_l[i]} {dest_l[i]} {rb_l[i]} {src_l[i]} {BYTE_ID} {BYTE_ID}")
         elif kind == "init":
             lines.append(f"{pre}init")
         elif kind == "finalize":

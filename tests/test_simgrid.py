@@ -7,6 +7,8 @@ import re
 import shutil
 import subprocess
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -272,3 +274,88 @@ def test_cli_import(shared_dir, tmp_path, capsys):
     _roundtrip_equal(sig, read_simgrid([d / "actions0.txt", d / "actions1.txt"]))
     assert main(["import", "simgrid", str(d / "actions0.txt"), "--ranks", "1", "-o", str(out)]) == 2
     assert "send partner: rank 1 outside 0..0" in capsys.readouterr().err
+
+
+MORE = """\
+0 init
+1 init
+2 init
+0 gatherv 10 10 20 30 1
+1 gatherv 20 10 20 30 1
+2 gatherv 30 10 20 30 1
+0 scatterv 5 6 7 5 0
+1 scatterv 5 6 7 6 0
+2 scatterv 5 6 7 7 0
+0 allgather 4 4
+1 allgather 4 4
+2 allgather 4 4
+0 scatter 9 9 2
+1 scatter 9 9 2
+2 scatter 9 9 2
+0 scan 16 1e6
+1 scan 16 1e6
+2 scan 16 1e6
+0 sendRecv 100 1 300 2 6 6
+1 sendRecv 200 2 100 0 6 6
+2 sendRecv 300 0 200 1 6 6
+0 comm_split
+1 comm_split
+2 comm_split
+0 finalize
+1 finalize
+2 finalize
+"""
+
+
+def test_other_collectives_by_hand(tmp_path):
+    f = tmp_path / "more.txt"
+    f.write_text(MORE)
+    sig = read_simgrid(f)
+    ev = sig.events.set_index(["rank", "op"])
+    # gatherv to root 1: everyone sends its count, the root receives 10+20+30
+    assert [ev.loc[(r, int(Op.GATHERV)), "send_bytes"] for r in range(3)] == [10, 20, 30]
+    assert [ev.loc[(r, int(Op.GATHERV)), "recv_bytes"] for r in range(3)] == [0, 60, 0]
+    assert [ev.loc[(r, int(Op.SCATTERV)), "recv_bytes"] for r in range(3)] == [5, 6, 7]
+    assert [ev.loc[(r, int(Op.SCATTERV)), "send_bytes"] for r in range(3)] == [18, 0, 0]
+    assert [ev.loc[(r, int(Op.ALLGATHER)), "recv_bytes"] for r in range(3)] == [12] * 3
+    assert [ev.loc[(r, int(Op.SCATTER)), "send_bytes"] for r in range(3)] == [0, 0, 27]
+    assert [ev.loc[(r, int(Op.SENDRECV)), "dest"] for r in range(3)] == [1, 2, 0]
+    assert [ev.loc[(r, int(Op.SENDRECV)), "recv_bytes"] for r in range(3)] == [300, 100, 200]
+    assert _counts(sig)["COMM_SPLIT"] == 3
+    vc = sig.vcounts
+    assert vc[["rank", "peer", "send_bytes", "recv_bytes"]].values.tolist() == [
+        [0, 0, 5, 0], [0, 1, 6, 0], [0, 2, 7, 0],        # scatterv at its root 0
+        [1, 0, 0, 10], [1, 1, 0, 20], [1, 2, 0, 30]]     # gatherv at its root 1
+    assert _flops(sig) == 3e6  # the scans' computation
+    back = read_simgrid(write_simgrid(sig, tmp_path / "x").index_file)
+    _roundtrip_equal(sig, back)
+    smpirun = shutil.which("smpirun")
+    if smpirun:
+        platform = Path(__file__).resolve().parents[2] / "shared" / "data/simgrid/examples/platforms/small_platform.xml"
+        if platform.exists():
+            hosts = tmp_path / "hosts"
+            hosts.write_text("Tremblay\nJupiter\nFafard\n")
+            orig = tmp_path / "orig_index"
+            orig.write_text(f"{f}\n")
+            t0 = _smpirun_time(smpirun, orig, 3, platform, hosts, tmp_path)
+            t1 = _smpirun_time(smpirun, tmp_path / "x" / "traces.txt", 3, platform, hosts, tmp_path)
+            assert t0 > 0 and t1 == pytest.approx(t0, rel=1e-9)
+
+
+def test_sleep_bursts_add_exact_seconds_in_smpirun(shared_dir, tmp_path):
+    import dataclasses
+
+    smpirun = shutil.which("smpirun")
+    if not smpirun:
+        pytest.skip("smpirun not installed (apt-get install libsimgrid-dev)")
+    f = tmp_path / "pp.txt"
+    f.write_text("0 init\n1 init\n0 send 1 0 8\n1 recv 0 0 8\n0 finalize\n1 finalize\n")
+    sig = read_simgrid(f)
+    ev = sig.events.copy()
+    ev.loc[(ev["rank"] == 0) & (ev["op"] == Op.SEND), "burst_s"] = 0.25
+    platform = shared_dir / "data/simgrid/examples/platforms/small_platform.xml"
+    hosts = tmp_path / "hosts"
+    hosts.write_text("Tremblay\nJupiter\n")
+    t = [_smpirun_time(smpirun, write_simgrid(s, tmp_path / name).index_file, 2, platform, hosts, tmp_path)
+         for name, s in (("a", sig), ("b", dataclasses.replace(sig, events=ev)))]
+    assert t[1] - t[0] == pytest.approx(0.25, abs=1e-6)
