@@ -196,11 +196,30 @@ def _trace(tmp_path, name, p, argv):
     return load_signature(out)
 
 
-def _check(sig, calls, matrix):
+def collective_bytes(calls: dict, p: int, allgather_doubles: int = 0) -> dict:
+    """(send, recv) bytes per rank and collective op, from the pmac.trace conventions: Allreduce
+    sends and receives its buffer; Reduce: every rank sends, the root (0) receives; Allgather sends
+    its block and receives all P blocks; Barrier moves nothing."""
+    out = {}
+    for r, c in calls.items():
+        out[r] = {"ALLREDUCE": (8 * c.get("ALLREDUCE", 0), 8 * c.get("ALLREDUCE", 0)),
+                  "REDUCE": (8, 8 if r == 0 else 0), "BARRIER": (0, 0)}
+        if "ALLGATHER" in c:
+            out[r]["ALLGATHER"] = (c["ALLGATHER"] * 8 * allgather_doubles,
+                                   c["ALLGATHER"] * 8 * allgather_doubles * p)
+    return out
+
+
+def _check(sig, calls, matrix, coll=None):
     from pmac.report_signature import communication_matrix
     from pmac.trace import Op
 
     ev = sig.events
+    for r, want in (coll or {}).items():
+        mine = ev[ev["rank"] == r]
+        for op, (sb, rb) in want.items():
+            rows = mine[mine["op"] == int(Op[op])]
+            assert (int(rows["send_bytes"].sum()), int(rows["recv_bytes"].sum())) == (sb, rb), (r, op)
     for r, want in calls.items():
         got = ev[ev["rank"] == r]["op"].value_counts()
         got = {Op(int(k)).name: int(v) for k, v in got.items()}
@@ -222,7 +241,11 @@ def _check(sig, calls, matrix):
 def test_traced_call_counts_and_bytes(built, tmp_path, p):
     if not _tracer_available():
         pytest.skip("the PMPI tracer (pmac trace) is not in this build yet")
-    _check(_trace(tmp_path, "stencil", p, [str(built / "stencil2d"), "12", "4"]), *expected_stencil(p, 12, 4))
-    _check(_trace(tmp_path, "stream", p, [str(built / "stream_mpi"), "1000", "3"]), *expected_stream(p, 3))
-    _check(_trace(tmp_path, "nbody", p, [str(built / "nbody"), "16", "2"]), *expected_nbody(p, 2))
-    _check(_trace(tmp_path, "cg", p, [sys.executable, str(EX / "cg_mpi4py.py"), "40", "3"]), *expected_cg(p, 3))
+    for name, argv, (calls, matrix), ag in (
+            ("stencil", [str(built / "stencil2d"), "12", "4"], expected_stencil(p, 12, 4), 0),
+            ("stream", [str(built / "stream_mpi"), "1000", "3"], expected_stream(p, 3), 0),
+            ("nbody", [str(built / "nbody"), "16", "2"], expected_nbody(p, 2), 3 * 16 // p),
+            ("cg", [sys.executable, str(EX / "cg_mpi4py.py"), "40", "3"], expected_cg(p, 3), 0)):
+        sig = _trace(tmp_path, name, p, argv)
+        assert sig.n_ranks == p and sig.header.source_format == "pmpi"
+        _check(sig, calls, matrix, collective_bytes(calls, p, ag))
