@@ -53,6 +53,7 @@ class RawRank:
     pid: int
     host: str
     epoch_real_ns: int
+    has_valgrind: bool
     records: np.ndarray
     #: bytes after the last whole record (0 when the file ends cleanly)
     truncated_bytes: int = 0
@@ -91,7 +92,7 @@ def read_raw_file(path: str | Path) -> RawRank:
     recs = np.frombuffer(data, RECORD_DTYPE, count=n, offset=HEADER_BYTES).copy()
     return RawRank(path=str(path), rank=int(hdr["rank"]), size=int(hdr["size"]), pid=int(hdr["pid"]),
                    host=bytes(hdr["host"]).split(b"\0")[0].decode(errors="replace"),
-                   epoch_real_ns=int(hdr["epoch_real_ns"]), records=recs, truncated_bytes=body - n * RECORD_BYTES)
+                   epoch_real_ns=int(hdr["epoch_real_ns"]), has_valgrind=bool(hdr["has_valgrind"]), records=recs, truncated_bytes=body - n * RECORD_BYTES)
 
 
 def raw_files(folder: str | Path) -> list[Path]:
@@ -155,9 +156,12 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
 
     ev_parts, rq_parts, vc_parts = [], [], []
     sends, recvs = Counter(), Counter()
-    has_vg = False
+    has_vg = any(r.has_valgrind for r in ranks)
     n_records = 0
+    n_large = 0
     for r in sorted(ranks, key=lambda x: x.rank):
+        ev_mask = r.records["type"] == T_EVENT
+        n_large += int(np.count_nonzero(ev_mask & ((r.records["flag"] & 0x80) != 0)))
         e, q, v = _rank_tables(r, defs[r.rank], occ_key[r.rank], global_id, warnings, sends, recvs)
         ev_parts.append(e)
         rq_parts.append(q)
@@ -191,7 +195,7 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
     return RawTrace(n_ranks=size, events=events, requests=requests, vcounts=cat(vc_parts, VCOUNTS),
                     comms=COMMS.coerce(comms), rank_hosts=hosts, warnings=tuple(warnings),
                     unmatched=tuple(unmatched), truncated_ranks=tuple(truncated), missing_ranks=missing,
-                    has_valgrind=has_vg, stats={"n_records": n_records})
+                    has_valgrind=has_vg, stats={"n_records": n_records, "n_large_count_calls": n_large})
 
 
 def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, recvs: Counter):

@@ -302,10 +302,9 @@ def _wrapper(w: W, big: bool) -> str:
         lines.append(f"    {fmt(w.always)}")
     lines.append("    if (pmac_on) {")
     lines.append(f"        PMAC_FILL(r, {int(w.op)}); r.t_end_ns = pmac_t1;")
-    if w.post:
-        lines.append(f"        {{ {fmt(w.post)}")
-    else:
-        lines.append("        {")
+    lines.append("        {" + (f" {fmt(w.post)}" if w.post else ""))
+    if big:
+        lines.append("        r.flag |= 0x80; /* entered through the large-count MPI_*_c name */")
     lines.append("        pmac_push(&r);")
     if w.subs:
         lines.append(f"        {fmt(w.subs)}")

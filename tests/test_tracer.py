@@ -1,0 +1,233 @@
+"""The PMPI tracer: shim build, exact event counts and bytes, mpi4py (_c and matched probes),
+persistent requests, waits matched to requests, communicator translation, crashes, truncation,
+statically linked programs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pmac.errors import InputError, TruncatedError
+from pmac.rawtrace import HEADER_BYTES, RECORD_BYTES, read_raw_dir, read_raw_file
+from pmac.trace import Op
+
+DATA = Path(__file__).parent / "data"
+pytestmark = pytest.mark.requires("mpi")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """Shim built once into a private cache; the C test program compiled."""
+    from pmac.mpi import find_mpi
+    from pmac.shim_build import build_shim, detect_libmpi
+
+    d = tmp_path_factory.mktemp("tracer")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PMAC_CACHE_DIR", str(d / "cache"))
+    mpi = find_mpi()
+    app = d / "tracer_app"
+    subprocess.run([mpi.mpicc, "-O1", "-o", str(app), str(DATA / "tracer_app.c")], check=True)
+    shim = build_shim(detect_libmpi(str(app)))
+    yield {"dir": d, "mpi": mpi, "app": str(app), "shim": shim}
+    mp.undo()
+
+
+def _trace(env, n, args, name, **kw):
+    from pmac.tracer import trace_mpi
+
+    argv = [env["mpi"].mpiexec, "-n", str(n), *args]
+    return trace_mpi(argv, env["dir"] / name, timeout_s=60, **kw)
+
+
+def _counts(ev, rank):
+    e = ev[ev["rank"] == rank]
+    return {Op(o).name: int(c) for o, c in e["op"].value_counts().items()}
+
+
+def test_shim_is_cached_and_wraps_classic_and_large_count(env):
+    from pmac.shim_build import build_shim
+
+    again = build_shim(env["shim"].libmpi)
+    assert again.library == env["shim"].library  # cache hit, no rebuild
+    out = subprocess.run(["nm", "-D", "--defined-only", env["shim"].library], capture_output=True, text=True).stdout
+    syms = {ln.split()[-1] for ln in out.splitlines() if " T " in ln}
+    for name in ("MPI_Send", "MPI_Send_c", "MPI_Mprobe", "MPI_Mrecv", "MPI_Mrecv_c", "MPI_Sendrecv_replace_c",
+                 "MPI_Send_init", "MPI_Startall", "MPI_Ialltoallv_c", "MPI_Waitsome", "MPI_Comm_split",
+                 "MPI_Init_thread", "MPI_Finalize"):
+        assert name in syms
+    assert not any(s.startswith("pmac_") for s in syms)  # runtime stays private
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_c_program_exact_counts_and_bytes(env, n):
+    iters, nbytes = 3, 1000
+    res = _trace(env, n, [env["app"], str(iters), str(nbytes)], f"c{n}")
+    assert res.returncode == 0
+    assert res.raw.unmatched == () and res.raw.warnings == ()
+    ev = res.signature.events
+    for r in range(n):
+        expect = {"INIT": 1, "SEND_INIT": 1, "RECV_INIT": 1, "IRECV": iters, "ISEND": iters, "WAITALL": 2 * iters,
+                  "SENDRECV": iters, "ALLREDUCE": iters, "STARTALL": iters, "REQUEST_FREE": 2, "COMM_SPLIT": 1,
+                  "BCAST": 1, "GATHERV": 1, "COMM_FREE": 1, "BARRIER": 1, "FINALIZE": 1}
+        if r == 0 and n > 1:
+            expect["SEND"] = n - 1
+        elif r > 0:
+            expect["RECV"] = 1
+        assert _counts(ev, r) == expect
+        e = ev[ev["rank"] == r]
+        assert list(e["seq"]) == list(range(len(e)))
+        assert (e["burst_s"] >= 0).all() and (e["t_end_s"] >= e["t_start_s"]).all()
+    # bytes, by hand: ring 3x (isend + sendrecv) + persistent send (once, at init) + allreduce 4 doubles
+    # + rank 0's 100-int sends + bcast of 10 ints at the root of each half + gatherv (rank+1) ints
+    expect_send = n * (nbytes + 2 * iters * nbytes + iters * 32) + (n - 1) * 400 + min(n, 2) * 40 \
+        + 4 * n * (n + 1) // 2
+    assert int(ev["send_bytes"].sum()) == expect_send
+    recv = ev[ev["op"] == Op.RECV]
+    assert list(recv["source"]) == [0] * (n - 1) and list(recv["recv_bytes"]) == [400] * (n - 1)
+    assert list(recv["recv_tag"]) == [5] * (n - 1)
+    gv = res.signature.vcounts
+    assert list(gv["peer"]) == list(range(n)) and list(gv["recv_bytes"]) == [4 * (p + 1) for p in range(n)]
+    assert (gv["rank"] == 0).all()
+    # the signature written to disk reads back identically
+    from pmac.signature import load_signature
+
+    back = load_signature(res.path)
+    assert back.header.source_format == "pmpi" and back.header.n_ranks == n
+    assert back.events.equals(ev) and back.requests.equals(res.signature.requests)
+
+
+def test_waits_match_requests_and_persistent(env):
+    res = _trace(env, 2, [env["app"], "2", "64"], "req")
+    ev, rq = res.signature.events, res.signature.requests
+    for r in range(2):
+        e = ev[ev["rank"] == r].set_index("seq")
+        left = (r - 1) % 2
+        send_init = int(e.index[e["op"] == Op.SEND_INIT][0])
+        recv_init = int(e.index[e["op"] == Op.RECV_INIT][0])
+        for seq in e.index[e["op"] == Op.WAITALL]:
+            row = e.loc[seq]
+            reqs = rq.iloc[int(row["req_offset"]): int(row["req_offset"]) + int(row["n_requests"])]
+            assert (reqs["rank"] == r).all() and (reqs["completed"] == 1).all() and len(reqs) == 2
+            prev = e.loc[seq - 1]
+            if prev["op"] == Op.STARTALL:  # persistent: the wait names the Send_init/Recv_init requests
+                assert list(reqs["request"]) == [send_init, recv_init]
+            else:  # irecv (seq-3), isend (seq-2)
+                assert list(reqs["request"]) == [seq - 2, seq - 1]
+                assert e.loc[seq - 2, "op"] == Op.IRECV and e.loc[seq - 2, "request"] == seq - 2
+            is_recv = reqs["request"].isin([recv_init, seq - 2]).to_numpy()
+            assert is_recv.sum() == 1
+            recv_req, send_req = reqs[is_recv].iloc[0], reqs[~is_recv].iloc[0]
+            assert recv_req["source"] == left and recv_req["recv_bytes"] == 64
+            assert send_req["source"] == -1  # a send request's status has no source
+        frees = e[e["op"] == Op.REQUEST_FREE]
+        assert sorted(frees["request"]) == [send_init, recv_init]
+
+
+def test_comm_split_translated_to_world_ranks(env):
+    res = _trace(env, 4, [env["app"], "1", "8"], "split")
+    sig = res.signature
+    ev, comms = sig.events, sig.comms
+    split = ev[ev["op"] == Op.COMM_SPLIT].set_index("rank")["new_comm"]
+    # colour = rank % 2, key = size - rank: local order reverses the world order
+    assert split[0] == split[2] and split[1] == split[3] and split[0] != split[1]
+    members = {c: list(g.sort_values("local_rank")["world_rank"]) for c, g in comms.groupby("comm")}
+    assert members[0] == [0, 1, 2, 3]
+    assert members[int(split[0])] == [2, 0] and members[int(split[1])] == [3, 1]
+    bc = ev[ev["op"] == Op.BCAST].set_index("rank")
+    assert list(bc["root"]) == [2, 3, 2, 3]  # local root 0 -> world rank
+    assert list(bc["comm"]) == [split[0], split[1], split[0], split[1]]
+    assert list(bc["send_bytes"]) == [0, 0, 40, 40] and list(bc["recv_bytes"]) == [40, 40, 0, 0]
+    free = ev[ev["op"] == Op.COMM_FREE].set_index("rank")["comm"]
+    assert list(free) == list(split)
+
+
+def test_mpi4py_large_count_and_matched_probes(env):
+    from pmac.shim_build import detect_libmpi
+
+    py = sys.executable
+    assert detect_libmpi(py) == env["shim"].libmpi  # found from the process's loaded objects
+    res = _trace(env, 2, [py, str(DATA / "tracer_mpi4py.py")], "py")
+    assert res.returncode == 0 and res.raw.unmatched == ()
+    # mpi4py on MPI 4+ enters through MPI_*_c: without those wrappers this would be 0
+    assert res.raw.stats["n_large_count_calls"] > 0
+    ev = res.signature.events
+    for r in range(2):
+        c = _counts(ev, r)
+        assert c == {"INIT": 1, "SEND": 1, "MPROBE": 1, "MRECV": 1, "IRECV": 1, "ISEND": 1, "WAITALL": 3,
+                     "SENDRECV": 1, "SEND_INIT": 1, "RECV_INIT": 1, "STARTALL": 2, "REQUEST_FREE": 2,
+                     "ALLREDUCE": 1, "COMM_SPLIT": 1, "BCAST": 1, "COMM_FREE": 1, "BARRIER": 1, "FINALIZE": 1}
+        e = ev[ev["rank"] == r]
+        mrecv = e[e["op"] == Op.MRECV].iloc[0]
+        assert mrecv["source"] == 1 - r and mrecv["recv_tag"] == 1 and mrecv["comm"] == 0
+        assert mrecv["recv_bytes"] == e[e["op"] == Op.SEND].iloc[0]["send_bytes"] > 0
+        assert int(e[e["op"] == Op.ISEND]["send_bytes"].iloc[0]) == 800
+        assert int(e[e["op"] == Op.ALLREDUCE]["recv_bytes"].iloc[0]) == 800
+
+
+@pytest.mark.parametrize("crash", [1, 2], ids=["abort", "sigterm"])
+def test_killed_program_still_loads(env, crash):
+    from pmac.signature import load_signature
+
+    res = _trace(env, 1, [env["app"], "2", "16", str(crash)], f"crash{crash}")
+    assert res.returncode != 0
+    sig = load_signature(res.path)
+    c = _counts(sig.events, 0)
+    assert c == {"INIT": 1, "SEND_INIT": 1, "RECV_INIT": 1, "IRECV": 2, "ISEND": 2, "WAITALL": 4, "SENDRECV": 2,
+                 "ALLREDUCE": 2, "STARTALL": 2, "REQUEST_FREE": 2}
+
+
+def test_truncated_raw_file_is_reported(env, tmp_path):
+    res = _trace(env, 2, [env["app"], "1", "8"], "raw", keep_raw=True)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    f0, f1 = sorted((res.path / "raw").glob("rank-*.pmr"))
+    data = f1.read_bytes()
+    n = (len(data) - HEADER_BYTES) // RECORD_BYTES
+    (raw / f0.name).write_bytes(f0.read_bytes())
+    (raw / f1.name).write_bytes(data[: HEADER_BYTES + (n - 3) * RECORD_BYTES + 40])  # cut inside a record
+    rr = read_raw_file(raw / f1.name)
+    assert rr.truncated_bytes == 40 and len(rr.records) == n - 3
+    t = read_raw_dir(raw)
+    assert t.truncated_ranks == (1,)
+    assert any("truncated inside a record (40 trailing bytes" in w and f1.name in w for w in t.warnings)
+    full = res.signature.events
+    assert len(t.events[t.events["rank"] == 1]) < len(full[full["rank"] == 1])
+    (raw / f1.name).write_bytes(data[:100])
+    with pytest.raises(TruncatedError, match="shorter than the 128-byte header"):
+        read_raw_file(raw / f1.name)
+    (raw / f1.name).write_bytes(b"X" * 300)
+    with pytest.raises(InputError, match="bad magic"):
+        read_raw_file(raw / f1.name)
+
+
+def test_statically_linked_program_refused(env, tmp_path, capsys):
+    from pmac.cli import main
+
+    src = tmp_path / "s.c"
+    src.write_text("int main(void) { return 0; }\n")
+    exe = tmp_path / "static_prog"
+    r = subprocess.run(["cc", "-static", "-o", str(exe), str(src)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("no static libc to build the test program")
+    rc = main(["trace", "-o", str(tmp_path / "sig"), "--", env["mpi"].mpiexec, "-n", "1", str(exe)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "statically linked" in err and str(exe) in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_trace_end_to_end(env, capsys):
+    from pmac.cli import main
+
+    out = env["dir"] / "cli_sig"
+    rc = main(["trace", "-o", str(out), "--param", "iters=2", "--", env["mpi"].mpiexec, "-n", "2", env["app"], "2", "32"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "2 ranks" in text and "WAITALL 8" in text
+    from pmac.signature import load_signature
+
+    sig = load_signature(out)
+    assert sig.header.parameters == {"iters": 2} and sig.header.rank_hosts and sig.header.mpi_library
+    assert len(sig.events) == 2 * 25 + 2  # 25 calls per rank at 2 iterations, plus rank 0 send + rank 1 receive
