@@ -1,0 +1,444 @@
+"""The convolver: the compute time of every burst of a memory signature on a machine profile.
+
+A burst (pmac.memsig ``bursts`` row) says what the code does; a profile says how fast the
+machine does it. Per burst ``b`` and machine ``p``:
+
+**Memory time.** For each cache level ``L`` (smallest first) the fraction of accesses whose
+LRU stack distance is below the level's *cumulative capacity* ``C_L`` (in lines of the
+level's line size) hits at or above ``L``::
+
+    h_L = F_b(C_L)             F_b = cumulative reuse-distance distribution of the burst
+    C_L = share_L              (inclusive level: it holds a copy of everything above it)
+    C_L = C_{L-1} + share_L    (non-inclusive/victim level: it adds its capacity)
+    share_L = size_bytes / min(shared_by_cores, active cores) / line_bytes
+
+``F_b`` is read off the fixed log bins of pmac.memsig with distances uniform inside a bin,
+exactly as :func:`pmac.memsig.hit_fraction` does. Level ``L`` serves ``h_L - h_{L-1}`` of
+the accesses, memory serves ``1 - h_last``. Each level serves its share of the bytes at its
+plateau bandwidth and the times add up (a harmonic mean of the level bandwidths weighted by
+bytes)::
+
+    t_mem = sum_L load_bytes  * (h_L - h_{L-1}) / bw_load_L
+          + sum_L store_bytes * (g_L - g_{L-1}) / bw_store_L      (g: the stores' histogram)
+
+with ``bw_*_L = min(bw_1core, bw_allcores / active_cores)`` (``load_unit`` and ``store``
+plateaus of the profile). Why this mapping rather than PMaC's stretched exponential fitted
+to the bandwidth curve: it has no free parameter, it reproduces every plateau of the curve
+exactly, and it is linear in the histogram, so mixed bursts (part L1, part DRAM) cost what
+their parts cost (``bench/convolve --mapping`` measures both on the probe curve).
+
+**Compute time.** ``t_flop = (flop_scalar / flop_per_s_scalar + flop_simd / flop_per_s_simd)
+* slowdown(dep_distance_mean)`` where the slowdown is ``max(dependency_flop_per_s) /
+dependency_flop_per_s`` interpolated (clamped) at the burst's mean def-use distance, and
+``t_branch = branches * branch_cost_s(branch_miss_frac)`` interpolated on the branch probe.
+The scalar share of the flop follows from the instruction counts by width (lanes of doubles).
+``t_compute = t_flop + t_branch``.
+
+**Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
+perfect overlap, ``beta = 1`` none. ``beta`` belongs to the machine (pmac.overlap calibrates it).
+
+The hot loop is one numba function over plain arrays (bursts outer, machines inner, parallel
+over bursts). This module never touches files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numba
+import numpy as np
+import pandas as pd
+
+from .errors import MissingSectionError
+from .memsig import (ACCESS_LOAD, ACCESS_STORE, COLD_BIN, LINE_SIZES_BYTES, N_REUSE_BINS,
+                     REUSE_BIN_EDGES_LINES)
+from .profile import MachineProfile
+
+#: overlap model kinds the convolver knows
+OVERLAP_KINDS = ("max_beta_min",)
+#: beta used when a profile has no calibrated overlap model (perfect overlap)
+DEFAULT_BETA = 0.0
+#: largest capacity (lines) a cumulative histogram is kept for: 2**27 lines = 8 GiB at 64 B
+MAX_CAPACITY_LINES = 2 ** 27
+
+_EDGES = REUSE_BIN_EDGES_LINES.astype(np.float64)
+
+
+def edge_position(capacity_lines: float) -> tuple[int, float]:
+    """(i, f): F(C) = cum[i] + f * (cum[i+1] - cum[i]) for the bin ``i`` that holds C."""
+    i = int(np.searchsorted(_EDGES, capacity_lines, side="right") - 1)
+    i = min(max(i, 0), COLD_BIN - 1)
+    f = (capacity_lines - _EDGES[i]) / (_EDGES[i + 1] - _EDGES[i])
+    return i, float(min(max(f, 0.0), 1.0))
+
+
+#: number of cumulative columns kept: enough for any capacity up to MAX_CAPACITY_LINES
+N_CUM = edge_position(MAX_CAPACITY_LINES)[0] + 2
+
+
+# ---------------------------------------------------------------- bursts
+
+@dataclass(frozen=True, kw_only=True)
+class BurstArrays:
+    """The bursts of a memory signature as plain arrays (one entry per burst).
+
+    ``cum[l, a, b, k]`` is the fraction of accesses of kind ``a`` (0 loads, 1 stores) of burst
+    ``b`` at line size ``line_bytes[l]`` with stack distance below ``REUSE_BIN_EDGES_LINES[k]``.
+    """
+
+    rank: np.ndarray
+    seq: np.ndarray
+    load_bytes: np.ndarray
+    store_bytes: np.ndarray
+    flop_scalar: np.ndarray
+    flop_simd: np.ndarray
+    branches: np.ndarray
+    dep_distance_mean: np.ndarray
+    branch_miss_frac: np.ndarray
+    line_bytes: tuple[int, ...]
+    cum: np.ndarray
+    #: bursts whose histogram was empty and borrowed the rank's (or the run's) aggregate
+    n_borrowed_hist: int = 0
+
+    def __post_init__(self):
+        n = len(self.rank)
+        for name in ("seq", "load_bytes", "store_bytes", "flop_scalar", "flop_simd", "branches",
+                     "dep_distance_mean", "branch_miss_frac"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"BurstArrays.{name} has {len(getattr(self, name))} entries, expected {n}")
+        if self.cum.ndim != 4 or self.cum.shape[:3] != (len(self.line_bytes), 2, n):
+            raise ValueError(f"BurstArrays.cum has shape {self.cum.shape}, expected "
+                             f"({len(self.line_bytes)}, 2, {n}, K)")
+
+    @property
+    def n_bursts(self) -> int:
+        return len(self.rank)
+
+
+def _flop_split(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Scalar and SIMD flop of each burst: ``flop`` split by lanes (doubles) per width."""
+    flop = b["flop"].to_numpy(np.float64)
+    lanes_s = b["fp_scalar"].to_numpy(np.float64)
+    lanes_v = (2 * b["fp_128"].to_numpy(np.float64) + 4 * b["fp_256"].to_numpy(np.float64)
+               + 8 * b["fp_512"].to_numpy(np.float64))
+    tot = lanes_s + lanes_v
+    share_s = np.divide(lanes_s, tot, out=np.ones_like(tot), where=tot > 0)
+    return flop * share_s, flop * (1.0 - share_s)
+
+
+def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] | None = None,
+                 dtype=np.float32) -> BurstArrays:
+    """Columnar bursts and their cumulative reuse histograms from the memory tables.
+
+    Bursts whose (sampled) histogram is empty at a line size borrow the aggregate histogram
+    of their rank (else of the whole run) so that a sampled-out short burst does not look
+    all-DRAM; the count is kept in ``n_borrowed_hist``.
+    """
+    bursts = memory.get("bursts")
+    if bursts is None or len(bursts) == 0:
+        raise MissingSectionError("memory signature", "bursts", needed_by="convolve")
+    reuse = memory.get("reuse")
+    bursts = bursts.reset_index(drop=True)
+    n = len(bursts)
+    if line_sizes is None:
+        present = sorted(set(reuse["line_bytes"].unique().tolist())) if reuse is not None and len(reuse) else []
+        line_sizes = tuple(int(x) for x in present) or (64,)
+    line_sizes = tuple(int(x) for x in line_sizes)
+    hist = np.zeros((len(line_sizes), 2, n, N_REUSE_BINS), dtype=np.float64)
+    if reuse is not None and len(reuse):
+        r = reuse[(reuse["seq"] >= 0) & (reuse["function"] == "")]
+        key = pd.DataFrame({"rank": bursts["rank"].to_numpy(), "seq": bursts["seq"].to_numpy(),
+                            "_row": np.arange(n)})
+        r = r.merge(key, on=["rank", "seq"], how="inner")
+        li = np.searchsorted(np.array(line_sizes), r["line_bytes"].to_numpy())
+        ok = (li < len(line_sizes))
+        ok[ok] &= np.array(line_sizes)[li[ok]] == r["line_bytes"].to_numpy()[ok]
+        np.add.at(hist, (li[ok], r["access"].to_numpy()[ok].astype(np.int64),
+                         r["_row"].to_numpy()[ok], r["bin"].to_numpy()[ok].astype(np.int64)),
+                  r["count"].to_numpy(np.float64)[ok])
+    totals = hist.sum(axis=3)
+    empty = totals <= 0
+    borrowed = np.zeros(n, dtype=bool)
+    if empty.any():
+        ranks = bursts["rank"].to_numpy()
+        for l in range(len(line_sizes)):
+            for a in (ACCESS_LOAD, ACCESS_STORE):
+                e = empty[l, a]
+                if not e.any():
+                    continue
+                whole = hist[l, a].sum(axis=0)
+                for rk in np.unique(ranks[e]):
+                    rows = ranks == rk
+                    agg = hist[l, a, rows].sum(axis=0)
+                    if agg.sum() <= 0:
+                        agg = whole
+                    if agg.sum() > 0:
+                        hist[l, a, e & rows] = agg
+                        borrowed |= e & rows
+        totals = hist.sum(axis=3)
+    cum = np.zeros((len(line_sizes), 2, n, N_CUM), dtype=dtype)
+    c = np.cumsum(hist[..., :N_CUM - 1], axis=3)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(totals[..., None] > 0, c / np.where(totals > 0, totals, 1.0)[..., None], 0.0)
+    cum[..., 1:] = frac
+    flop_s, flop_v = _flop_split(bursts)
+    dep = np.nan_to_num(bursts["dep_distance_mean"].to_numpy(np.float64), nan=0.0)
+    bmiss = np.nan_to_num(bursts["branch_miss_frac"].to_numpy(np.float64), nan=0.0)
+    return BurstArrays(
+        rank=bursts["rank"].to_numpy(np.int32), seq=bursts["seq"].to_numpy(np.int64),
+        load_bytes=bursts["load_bytes"].to_numpy(np.float64), store_bytes=bursts["store_bytes"].to_numpy(np.float64),
+        flop_scalar=flop_s, flop_simd=flop_v, branches=bursts["branches"].to_numpy(np.float64),
+        dep_distance_mean=dep, branch_miss_frac=bmiss, line_bytes=line_sizes, cum=cum,
+        n_borrowed_hist=int(borrowed.sum()))
+
+
+# ---------------------------------------------------------------- machines
+
+@dataclass(frozen=True, kw_only=True)
+class MachineCoeffs:
+    """What the convolver needs of one machine, as plain numbers (see module docstring)."""
+
+    name: str
+    level_names: tuple[str, ...]
+    level_line_bytes: tuple[int, ...]
+    capacity_lines: tuple[float, ...]
+    #: per level then memory (len = levels + 1), bytes/s per core
+    load_bandwidth_bytes_per_s: tuple[float, ...]
+    store_bandwidth_bytes_per_s: tuple[float, ...]
+    flop_per_s_scalar: float
+    flop_per_s_simd: float
+    dep_distance: tuple[float, ...] = ()
+    dep_slowdown_ratio: tuple[float, ...] = ()
+    branch_miss_frac: tuple[float, ...] = ()
+    branch_cost_s: tuple[float, ...] = ()
+    beta: float = DEFAULT_BETA
+    active_cores: int = 1
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        n = len(self.level_names)
+        if not (len(self.level_line_bytes) == len(self.capacity_lines) == n):
+            raise ValueError("MachineCoeffs: per-level tuples differ in length")
+        if len(self.load_bandwidth_bytes_per_s) != n + 1 or len(self.store_bandwidth_bytes_per_s) != n + 1:
+            raise ValueError("MachineCoeffs: bandwidths need one entry per level plus memory")
+        if not all(b > 0 and np.isfinite(b) for b in self.load_bandwidth_bytes_per_s + self.store_bandwidth_bytes_per_s):
+            raise ValueError("MachineCoeffs: bandwidths must be positive")
+        if not 0.0 <= self.beta <= 1.0:
+            raise ValueError(f"MachineCoeffs: beta must be in [0, 1], got {self.beta}")
+
+
+_LOAD_KINDS = ("load_unit", "copy", "load_random")
+_STORE_KINDS = ("store", "copy", "load_unit")
+
+
+def _plateau(level, kinds, active: int, what: str, machine: str) -> tuple[float, str | None]:
+    one = level.bandwidth_1core_bytes_per_s
+    allc = level.bandwidth_allcores_bytes_per_s
+    for k in kinds:
+        if k in one or k in allc:
+            b1 = one.get(k)
+            ba = allc.get(k)
+            if b1 is None:
+                bw = ba / max(active, 1)
+            elif ba is None or active <= 1:
+                bw = b1
+            else:
+                bw = min(b1, ba / active)
+            note = None if k == kinds[0] else f"{what}: no '{kinds[0]}' bandwidth, used '{k}'"
+            return float(bw), note
+    raise MissingSectionError(f"machine '{machine}'", f"{what}.bandwidth_1core_bytes_per_s.{kinds[0]}",
+                              needed_by="convolve")
+
+
+def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: float | None = None) -> MachineCoeffs:
+    """Convolver coefficients of a profile with ``active_cores`` ranks busy on its node."""
+    profile.require("node", "node.compute", needed_by="convolve")
+    node = profile.node
+    active = max(1, min(int(active_cores), node.n_cores))
+    names, lines, caps, bl, bs, notes = [], [], [], [], [], []
+    prev = 0.0
+    for lev in node.caches:
+        if lev.name.upper().startswith("L1I") or lev.name.lower().endswith("i"):
+            continue  # instruction caches hold no data
+        share = lev.size_bytes / min(lev.shared_by_cores, active) / lev.line_bytes
+        cap = share if lev.inclusive else prev + share
+        cap = max(cap, prev)
+        names.append(lev.name)
+        lines.append(lev.line_bytes)
+        caps.append(cap)
+        prev = cap
+        for kinds, out in ((_LOAD_KINDS, bl), (_STORE_KINDS, bs)):
+            bw, note = _plateau(lev, kinds, active, f"node.caches[{lev.name}]", profile.name)
+            out.append(bw)
+            if note:
+                notes.append(note)
+    for kinds, out in ((_LOAD_KINDS, bl), (_STORE_KINDS, bs)):
+        bw, note = _plateau(node.memory, kinds, active, "node.memory", profile.name)
+        out.append(bw)
+        if note:
+            notes.append(note)
+    comp = node.compute
+    dep_x, dep_y = (), ()
+    if comp.dependency_distance:
+        order = np.argsort(comp.dependency_distance)
+        x = np.asarray(comp.dependency_distance, dtype=np.float64)[order]
+        y = np.asarray(comp.dependency_flop_per_s, dtype=np.float64)[order]
+        dep_x, dep_y = tuple(x), tuple(y.max() / y)
+    br_x, br_y = (), ()
+    if comp.branch_miss_frac:
+        order = np.argsort(comp.branch_miss_frac)
+        br_x = tuple(np.asarray(comp.branch_miss_frac, dtype=np.float64)[order])
+        br_y = tuple(np.asarray(comp.branch_cost_s, dtype=np.float64)[order])
+    if beta is None:
+        ov = profile.overlap
+        if ov is not None and ov.kind in OVERLAP_KINDS and "beta" in ov.params:
+            beta = float(ov.params["beta"])
+        else:
+            beta = DEFAULT_BETA
+            notes.append(f"no calibrated overlap model: beta = {DEFAULT_BETA}")
+    return MachineCoeffs(
+        name=profile.name, level_names=tuple(names), level_line_bytes=tuple(lines), capacity_lines=tuple(caps),
+        load_bandwidth_bytes_per_s=tuple(bl), store_bandwidth_bytes_per_s=tuple(bs),
+        flop_per_s_scalar=comp.flop_per_s_scalar, flop_per_s_simd=comp.flop_per_s_simd,
+        dep_distance=dep_x, dep_slowdown_ratio=dep_y, branch_miss_frac=br_x, branch_cost_s=br_y,
+        beta=float(beta), active_cores=active, notes=tuple(notes))
+
+
+# ---------------------------------------------------------------- the kernel
+
+@numba.njit(cache=True, inline="always")
+def _interp(x, xs, ys, n):
+    if n == 0:
+        return 0.0
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[n - 1]:
+        return ys[n - 1]
+    for j in range(1, n):
+        if x < xs[j]:
+            t = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
+            return ys[j - 1] + t * (ys[j] - ys[j - 1])
+    return ys[n - 1]
+
+
+@numba.njit(cache=True, parallel=True)
+def _kernel(cum, load_bytes, store_bytes, flop_s, flop_v, branches, dep, bmiss,
+            n_lev, lev_line, lev_edge, lev_frac, inv_bl, inv_bs, inv_fs, inv_fv,
+            dep_x, dep_y, n_dep, br_x, br_y, n_br, beta, out_t, out_m, out_c, detail):
+    n_b = load_bytes.shape[0]
+    n_p = n_lev.shape[0]
+    for b in numba.prange(n_b):
+        lb = load_bytes[b]
+        sb = store_bytes[b]
+        for p in range(n_p):
+            tm = 0.0
+            hl_prev = 0.0
+            hs_prev = 0.0
+            nl = n_lev[p]
+            for L in range(nl):
+                li = lev_line[p, L]
+                e = lev_edge[p, L]
+                f = lev_frac[p, L]
+                c0 = cum[li, 0, b, e]
+                hl = c0 + f * (cum[li, 0, b, e + 1] - c0)
+                c0 = cum[li, 1, b, e]
+                hs = c0 + f * (cum[li, 1, b, e + 1] - c0)
+                if hl < hl_prev:
+                    hl = hl_prev
+                if hs < hs_prev:
+                    hs = hs_prev
+                tm += lb * (hl - hl_prev) * inv_bl[p, L] + sb * (hs - hs_prev) * inv_bs[p, L]
+                hl_prev = hl
+                hs_prev = hs
+            tm += lb * (1.0 - hl_prev) * inv_bl[p, nl] + sb * (1.0 - hs_prev) * inv_bs[p, nl]
+            slow = 1.0
+            if n_dep[p] > 0 and dep[b] > 0.0:
+                slow = _interp(dep[b], dep_x[p], dep_y[p], n_dep[p])
+            tc = (flop_s[b] * inv_fs[p] + flop_v[b] * inv_fv[p]) * slow
+            if n_br[p] > 0:
+                tc += branches[b] * _interp(bmiss[b], br_x[p], br_y[p], n_br[p])
+            if tm >= tc:
+                t = tm + beta[p] * tc
+            else:
+                t = tc + beta[p] * tm
+            out_t[p, b] = t
+            if detail:
+                out_m[p, b] = tm
+                out_c[p, b] = tc
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvolveResult:
+    """Per machine (rows, in the order given) and burst (columns): seconds."""
+
+    machines: tuple[str, ...]
+    time_s: np.ndarray
+    memory_s: np.ndarray | None = None
+    compute_s: np.ndarray | None = None
+
+
+def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) -> dict[str, np.ndarray]:
+    """The machine-side arrays of the kernel (cheap; done once per set of machines)."""
+    lb = np.array(line_bytes)
+    n_p = len(machines)
+    lmax = max([len(m.level_names) for m in machines] + [1])
+    dmax = max([len(m.dep_distance) for m in machines] + [1])
+    bmax = max([len(m.branch_miss_frac) for m in machines] + [1])
+    a = dict(n_lev=np.zeros(n_p, np.int64), lev_line=np.zeros((n_p, lmax), np.int64),
+             lev_edge=np.zeros((n_p, lmax), np.int64), lev_frac=np.zeros((n_p, lmax)),
+             inv_bl=np.zeros((n_p, lmax + 1)), inv_bs=np.zeros((n_p, lmax + 1)),
+             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p),
+             dep_x=np.zeros((n_p, dmax)), dep_y=np.ones((n_p, dmax)), n_dep=np.zeros(n_p, np.int64),
+             br_x=np.zeros((n_p, bmax)), br_y=np.zeros((n_p, bmax)), n_br=np.zeros(n_p, np.int64),
+             beta=np.zeros(n_p))
+    for p, m in enumerate(machines):
+        nl = len(m.level_names)
+        a["n_lev"][p] = nl
+        for L in range(nl):
+            # the histogram of the nearest recorded line size
+            a["lev_line"][p, L] = int(np.argmin(np.abs(np.log2(lb) - np.log2(m.level_line_bytes[L]))))
+            line = lb[a["lev_line"][p, L]]
+            cap = m.capacity_lines[L] * m.level_line_bytes[L] / line
+            a["lev_edge"][p, L], a["lev_frac"][p, L] = edge_position(min(cap, MAX_CAPACITY_LINES))
+        a["inv_bl"][p, :nl + 1] = 1.0 / np.asarray(m.load_bandwidth_bytes_per_s)
+        a["inv_bs"][p, :nl + 1] = 1.0 / np.asarray(m.store_bandwidth_bytes_per_s)
+        a["inv_fs"][p] = 1.0 / m.flop_per_s_scalar
+        a["inv_fv"][p] = 1.0 / m.flop_per_s_simd
+        nd = len(m.dep_distance)
+        a["n_dep"][p] = nd
+        a["dep_x"][p, :nd] = m.dep_distance
+        a["dep_y"][p, :nd] = m.dep_slowdown_ratio
+        nb = len(m.branch_miss_frac)
+        a["n_br"][p] = nb
+        a["br_x"][p, :nb] = m.branch_miss_frac
+        a["br_y"][p, :nb] = m.branch_cost_s
+        a["beta"][p] = m.beta
+    return a
+
+
+def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: bool = True,
+             packed: dict[str, np.ndarray] | None = None) -> ConvolveResult:
+    """Time of every burst on every machine (``time_s[p, b]``); with ``detail`` also the
+    memory and compute parts before overlap."""
+    if not machines:
+        raise ValueError("convolve: no machines")
+    a = packed if packed is not None else pack_machines(machines, bursts.line_bytes)
+    n_p, n_b = len(machines), bursts.n_bursts
+    out_t = np.empty((n_p, n_b))
+    out_m = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
+    out_c = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
+    _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.flop_scalar, bursts.flop_simd,
+            bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
+            a["n_lev"], a["lev_line"], a["lev_edge"], a["lev_frac"], a["inv_bl"], a["inv_bs"],
+            a["inv_fs"], a["inv_fv"], a["dep_x"], a["dep_y"], a["n_dep"], a["br_x"], a["br_y"], a["n_br"],
+            a["beta"], out_t, out_m, out_c, detail)
+    return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t,
+                          memory_s=out_m if detail else None, compute_s=out_c if detail else None)
+
+
+def combine_overlap(memory_s: np.ndarray, compute_s: np.ndarray, beta: float) -> np.ndarray:
+    """``max(m, c) + beta * min(m, c)`` (the overlap model, for calibration)."""
+    m = np.asarray(memory_s, dtype=np.float64)
+    c = np.asarray(compute_s, dtype=np.float64)
+    return np.maximum(m, c) + beta * np.minimum(m, c)

@@ -1,0 +1,147 @@
+"""Convolver numbers against hand-computed values, the reference formula and monotonicity."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pmac.convolve import (BurstArrays, burst_arrays, combine_overlap, convolve, edge_position,
+                           machine_coeffs)
+from pmac.errors import MissingSectionError
+from pmac.memsig import COLD_BIN, REUSE_BIN_EDGES_LINES, hit_fraction, reuse_bin
+from synth import memory_tables, two_level_profile
+
+L1_LINES = 32 * 1024 / 64            # 512
+L2_CUM_LINES = L1_LINES + 1024 * 1024 / 64  # non-inclusive: 16896
+
+
+def one_burst(load_counts, store_counts=None, **cols):
+    b = dict(rank=0, seq=1, **cols)
+    hists = [dict(rank=0, seq=1, access=0, counts=load_counts)]
+    if store_counts:
+        hists.append(dict(rank=0, seq=1, access=1, counts=store_counts))
+    return burst_arrays(memory_tables([b], hists), line_sizes=(64,))
+
+
+def test_hand_computed_two_level():
+    # 500 loads at distance 10 (< 512: L1), 300 at 2000 (L2), 200 cold (memory)
+    bursts = one_burst({10: 500, 2000: 300, -1: 200}, {3000: 100}, load_bytes=8000, store_bytes=800,
+                       fp_scalar=10_000, flop=10_000.0, branches=0)
+    assert reuse_bin(np.array([10]))[0] < reuse_bin(np.array([512]))[0]  # bins do not straddle capacities
+    prof = two_level_profile(beta=0.5, dep=False, branch=False)
+    m = machine_coeffs(prof)
+    assert m.capacity_lines == (L1_LINES, L2_CUM_LINES)
+    res = convolve(bursts, [m])
+    t_load = 8000 * (0.5 / 100e9 + 0.3 / 50e9 + 0.2 / 10e9)
+    t_store = 800 * (1.0 / 25e9)          # all stores at distance 3000 -> L2, store bw = 50e9 / 2
+    t_mem = t_load + t_store
+    t_flop = 10_000 / 1e9
+    assert res.memory_s[0, 0] == pytest.approx(t_mem, rel=1e-6)
+    assert res.compute_s[0, 0] == pytest.approx(t_flop, rel=1e-12)
+    assert res.time_s[0, 0] == pytest.approx(t_flop + 0.5 * t_mem, rel=1e-6)
+
+
+def test_dependency_and_branch_probes():
+    # dep distance 1.5 -> flop/s interpolated between 1/4 and 1/2 of peak: slowdown 4 + 0.5*(2-4) = 3
+    bursts = one_burst({10: 100}, load_bytes=0, fp_scalar=1000, flop=1000.0, branches=200,
+                       dep_distance_mean=1.5, branch_miss_frac=0.25)
+    m = machine_coeffs(two_level_profile())
+    res = convolve(bursts, [m])
+    t_flop = 1000 / 1e9 * 3.0
+    t_br = 200 * (1e-9 + 0.5 * 5e-9)   # cost interpolated at miss 0.25 between 1 ns and 6 ns
+    assert res.compute_s[0, 0] == pytest.approx(t_flop + t_br, rel=1e-12)
+
+
+def test_simd_share_uses_lanes():
+    # 100 scalar instr + 100 256-bit instr: lanes 100 and 400 -> flop split 1:4
+    bursts = one_burst({10: 1}, fp_scalar=100, fp_256=100, flop=500.0)
+    m = machine_coeffs(two_level_profile(dep=False, branch=False))
+    res = convolve(bursts, [m])
+    assert res.compute_s[0, 0] == pytest.approx(100 / 1e9 + 400 / 4e9, rel=1e-12)
+
+
+def test_matches_hit_fraction_reference():
+    rng = np.random.default_rng(1)
+    n = 50
+    bursts, hists = [], []
+    for i in range(n):
+        bursts.append(dict(rank=i % 2, seq=i, load_bytes=int(rng.integers(1, 10**6)),
+                           store_bytes=int(rng.integers(0, 10**5)), fp_scalar=10, flop=10.0))
+        d = rng.integers(0, 10**5, size=5)
+        hists.append(dict(rank=i % 2, seq=i, access=0, counts={int(x): int(rng.integers(1, 100)) for x in d}))
+        hists.append(dict(rank=i % 2, seq=i, access=1, counts={int(x) * 3: 5 for x in d[:2]}))
+    mem = memory_tables(bursts, hists)
+    ba = burst_arrays(mem, line_sizes=(64,))
+    prof = two_level_profile(dep=False, branch=False)
+    m = machine_coeffs(prof)
+    res = convolve(ba, [m])
+    r = mem["reuse"]
+    for i in range(n):
+        want = 0.0
+        for access, bytes_col, bw in ((0, "load_bytes", (100e9, 50e9, 10e9)), (1, "store_bytes", (50e9, 25e9, 5e9))):
+            h = np.zeros(COLD_BIN + 1)
+            sel = r[(r["seq"] == i) & (r["access"] == access)]
+            np.add.at(h, sel["bin"].to_numpy(), sel["count"].to_numpy())
+            h1, h2 = hit_fraction(h, L1_LINES), hit_fraction(h, L2_CUM_LINES)
+            nbytes = bursts[i][bytes_col]
+            want += nbytes * (h1 / bw[0] + (h2 - h1) / bw[1] + (1 - h2) / bw[2])
+        assert res.memory_s[0, i] == pytest.approx(want, rel=1e-5)
+
+
+def test_monotone_in_bandwidth_and_flops():
+    rng = np.random.default_rng(2)
+    bursts, hists = [], []
+    for i in range(30):
+        bursts.append(dict(rank=0, seq=i, load_bytes=int(rng.integers(1, 10**7)),
+                           store_bytes=int(rng.integers(0, 10**6)), fp_scalar=int(rng.integers(0, 10**6)),
+                           fp_256=int(rng.integers(0, 10**5)), flop=float(rng.integers(0, 10**6)),
+                           branches=int(rng.integers(0, 10**5)), dep_distance_mean=float(rng.uniform(0, 10)),
+                           branch_miss_frac=float(rng.uniform(0, 0.5))))
+        hists.append(dict(rank=0, seq=i, access=0, counts={int(x): 1 for x in rng.integers(0, 10**6, 8)}))
+    ba = burst_arrays(memory_tables(bursts, hists), line_sizes=(64,))
+    base = two_level_profile(beta=0.3)
+    variants = [two_level_profile(name=f"v{k}", beta=0.3, **kw) for k, kw in enumerate(
+        [dict(l1_bw=200e9), dict(l2_bw=80e9), dict(mem_bw=20e9), dict(flops=2e9), dict(simd=8e9)])]
+    ms = [machine_coeffs(p) for p in [base] + variants]
+    t = convolve(ba, ms).time_s
+    for k in range(1, len(ms)):
+        assert np.all(t[k] <= t[0] * (1 + 1e-12)), ms[k].name
+    # a bigger cache never predicts slower either
+    big = dataclasses.replace(base, name="big", node=dataclasses.replace(
+        base.node, caches=(base.node.caches[0], dataclasses.replace(base.node.caches[1], size_bytes=8 * 2**20))))
+    t2 = convolve(ba, [machine_coeffs(base), machine_coeffs(big)]).time_s
+    assert np.all(t2[1] <= t2[0] * (1 + 1e-12)) and np.any(t2[1] < t2[0])
+
+
+def test_shared_cache_share_and_allcores_bandwidth():
+    prof = two_level_profile()
+    l2 = dataclasses.replace(prof.node.caches[1], shared_by_cores=2)
+    mem = dataclasses.replace(prof.node.memory, bandwidth_allcores_bytes_per_s={"load_unit": 12e9, "store": 6e9})
+    prof = dataclasses.replace(prof, node=dataclasses.replace(prof.node, caches=(prof.node.caches[0], l2), memory=mem))
+    one, two = machine_coeffs(prof, active_cores=1), machine_coeffs(prof, active_cores=2)
+    assert one.capacity_lines[1] == L1_LINES + 16384 and two.capacity_lines[1] == L1_LINES + 8192
+    assert one.load_bandwidth_bytes_per_s[2] == 10e9 and two.load_bandwidth_bytes_per_s[2] == 6e9
+
+
+def test_overlap_and_edges():
+    assert combine_overlap(np.array([2.0]), np.array([1.0]), 0.25)[0] == 2.25
+    i, f = edge_position(512)
+    assert REUSE_BIN_EDGES_LINES[i] <= 512 < REUSE_BIN_EDGES_LINES[i + 1]
+    assert f == pytest.approx((512 - REUSE_BIN_EDGES_LINES[i]) / (REUSE_BIN_EDGES_LINES[i + 1] - REUSE_BIN_EDGES_LINES[i]))
+
+
+def test_empty_histogram_borrows_rank_aggregate():
+    mem = memory_tables([dict(rank=0, seq=1, load_bytes=100), dict(rank=0, seq=2, load_bytes=100)],
+                        [dict(rank=0, seq=1, access=0, counts={10: 4})])
+    ba = burst_arrays(mem, line_sizes=(64,))
+    assert ba.n_borrowed_hist == 1
+    assert np.array_equal(ba.cum[0, 0, 0], ba.cum[0, 0, 1])
+
+
+def test_missing_sections():
+    with pytest.raises(MissingSectionError, match="bursts"):
+        burst_arrays({})
+    prof = dataclasses.replace(two_level_profile(), node=None)
+    with pytest.raises(MissingSectionError, match="'node'"):
+        machine_coeffs(prof)
