@@ -307,7 +307,7 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
 
 # ---------------------------------------------------------------- the kernel
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
 def _interp(x, xs, ys, n):
     if n == 0:
         return 0.0
@@ -322,7 +322,7 @@ def _interp(x, xs, ys, n):
     return ys[n - 1]
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
 def _kernel(cum, load_bytes, store_bytes, flop_s, flop_v, branches, dep, bmiss,
             n_lev, lev_line, lev_edge, lev_frac, inv_bl, inv_bs, inv_fs, inv_fv,
             dep_x, dep_y, n_dep, br_x, br_y, n_br, beta, out_t, out_m, out_c, detail):
@@ -362,10 +362,10 @@ def _kernel(cum, load_bytes, store_bytes, flop_s, flop_v, branches, dep, bmiss,
                 t = tm + beta[p] * tc
             else:
                 t = tc + beta[p] * tm
-            out_t[p, b] = t
+            out_t[b, p] = t
             if detail:
-                out_m[p, b] = tm
-                out_c[p, b] = tc
+                out_m[b, p] = tm
+                out_c[b, p] = tc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,16 +425,17 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
         raise ValueError("convolve: no machines")
     a = packed if packed is not None else pack_machines(machines, bursts.line_bytes)
     n_p, n_b = len(machines), bursts.n_bursts
-    out_t = np.empty((n_p, n_b))
-    out_m = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
-    out_c = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
+    # burst-major inside the kernel (machines inner: contiguous writes); returned transposed
+    out_t = np.empty((n_b, n_p))
+    out_m = np.empty((n_b, n_p)) if detail else np.empty((1, 1))
+    out_c = np.empty((n_b, n_p)) if detail else np.empty((1, 1))
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.flop_scalar, bursts.flop_simd,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
             a["n_lev"], a["lev_line"], a["lev_edge"], a["lev_frac"], a["inv_bl"], a["inv_bs"],
             a["inv_fs"], a["inv_fv"], a["dep_x"], a["dep_y"], a["n_dep"], a["br_x"], a["br_y"], a["n_br"],
             a["beta"], out_t, out_m, out_c, detail)
-    return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t,
-                          memory_s=out_m if detail else None, compute_s=out_c if detail else None)
+    return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t.T,
+                          memory_s=out_m.T if detail else None, compute_s=out_c.T if detail else None)
 
 
 def combine_overlap(memory_s: np.ndarray, compute_s: np.ndarray, beta: float) -> np.ndarray:
