@@ -30,7 +30,8 @@ RECORD_BYTES = 96
 
 HEADER_DTYPE = np.dtype([("magic", "S8"), ("version", "<u4"), ("rec_size", "<u4"), ("rank", "<i4"), ("size", "<i4"),
                          ("pid", "<i4"), ("has_valgrind", "<i4"), ("epoch_mono_ns", "<i8"), ("epoch_real_ns", "<i8"),
-                         ("host", "S64"), ("pad", "S16")])
+                         ("host", "S64"), ("clock_kind", "<i4"), ("pad", "<i4"),
+                         ("ns_per_tick", "<f8")])
 RECORD_DTYPE = np.dtype([("type", "u1"), ("flag", "u1"), ("op", "<i2"), ("comm", "<i4"), ("seq", "<i8"),
                          ("t_start_ns", "<i8"), ("t_end_ns", "<i8"), ("dest", "<i4"), ("source", "<i4"),
                          ("send_tag", "<i4"), ("recv_tag", "<i4"), ("send_bytes", "<i8"), ("recv_bytes", "<i8"),
@@ -38,7 +39,7 @@ RECORD_DTYPE = np.dtype([("type", "u1"), ("flag", "u1"), ("op", "<i2"), ("comm",
                          ("n_sub", "<i4"), ("pad", "<i4")])
 assert HEADER_DTYPE.itemsize == HEADER_BYTES and RECORD_DTYPE.itemsize == RECORD_BYTES
 
-T_EVENT, T_REQ, T_VCOUNT, T_COMMDEF, T_MEMBER = 1, 2, 3, 4, 5
+T_EVENT, T_REQ, T_VCOUNT, T_COMMDEF, T_MEMBER, T_CLOCK = 1, 2, 3, 4, 5, 6
 
 _CREATES_REQUEST = frozenset({Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND, Op.IRECV, Op.IMRECV, Op.SEND_INIT,
                               Op.RECV_INIT, Op.COMM_IDUP} | {o for o in Op if 80 <= o < 100})
@@ -55,6 +56,8 @@ class RawRank:
     epoch_real_ns: int
     has_valgrind: bool
     records: np.ndarray
+    #: nanoseconds per timestamp unit (1.0 for a monotonic-ns clock; TSC: from calibration records)
+    ns_per_tick: float = 1.0
     #: bytes after the last whole record (0 when the file ends cleanly)
     truncated_bytes: int = 0
 
@@ -90,9 +93,19 @@ def read_raw_file(path: str | Path) -> RawRank:
     body = len(data) - HEADER_BYTES
     n = body // RECORD_BYTES
     recs = np.frombuffer(data, RECORD_DTYPE, count=n, offset=HEADER_BYTES).copy()
+    ns_per_tick = 1.0
+    if int(hdr["clock_kind"]) == 1:
+        cal = recs[recs["type"] == T_CLOCK]
+        cal = cal[cal["t_start_ns"] > 0]
+        if len(cal):  # the last calibration spans the longest interval
+            ns_per_tick = float(cal["t_end_ns"][-1]) / float(cal["t_start_ns"][-1])
+        else:
+            ns_per_tick = float(hdr["ns_per_tick"])
+        if not (0.0 < ns_per_tick < 1e3):
+            raise InputError(f"clock calibration is unusable ({ns_per_tick} ns per tick)", path=path)
     return RawRank(path=str(path), rank=int(hdr["rank"]), size=int(hdr["size"]), pid=int(hdr["pid"]),
                    host=bytes(hdr["host"]).split(b"\0")[0].decode(errors="replace"),
-                   epoch_real_ns=int(hdr["epoch_real_ns"]), has_valgrind=bool(hdr["has_valgrind"]), records=recs, truncated_bytes=body - n * RECORD_BYTES)
+                   epoch_real_ns=int(hdr["epoch_real_ns"]), has_valgrind=bool(hdr["has_valgrind"]), records=recs, ns_per_tick=ns_per_tick, truncated_bytes=body - n * RECORD_BYTES)
 
 
 def raw_files(folder: str | Path) -> list[Path]:
@@ -234,8 +247,8 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
             comm_local[i] = msg_comm.pop(int(ev["aux"][i]), -1)
     gcomm = np.array([gmap.get(int(c), -1) for c in comm_local], dtype=np.int32) if n else gcomm
 
-    t0 = ev["t_start_ns"].astype(np.float64) * 1e-9
-    t1 = ev["t_end_ns"].astype(np.float64) * 1e-9
+    t0 = ev["t_start_ns"].astype(np.float64) * (r.ns_per_tick * 1e-9)
+    t1 = ev["t_end_ns"].astype(np.float64) * (r.ns_per_tick * 1e-9)
     prev_end = np.concatenate([[0.0], t1[:-1]]) if n else t1
     root_local = ev["root"]
     events = pd.DataFrame({

@@ -172,12 +172,15 @@ def _some_subs() -> str:
             "pmac_subreq(pmac_q[i], k < nd, k < nd ? &array_of_statuses[k] : NULL); }")
 
 
+# recording starts inside Init: time it unconditionally
+_INIT_PRE = "r.t_start_ns = pmac_now();"
+_INIT_ALWAYS = "if (pmac_rc == MPI_SUCCESS) pmac_start(); pmac_t1 = pmac_now();"
+
 WRAPPERS: list[W] = [
     # --- init / finalize ---
-    W("MPI_Init", "int *argc, char ***argv", Op.INIT, always="if (pmac_rc == MPI_SUCCESS) pmac_start();",
-      post="r.comm = 0;"),
-    W("MPI_Init_thread", "int *argc, char ***argv, int required, int *provided", Op.INIT,
-      always="if (pmac_rc == MPI_SUCCESS) pmac_start();", post="r.comm = 0;"),
+    W("MPI_Init", "int *argc, char ***argv", Op.INIT, pre=_INIT_PRE, always=_INIT_ALWAYS, post="r.comm = 0;"),
+    W("MPI_Init_thread", "int *argc, char ***argv, int required, int *provided", Op.INIT, pre=_INIT_PRE,
+      always=_INIT_ALWAYS, post="r.comm = 0;"),
     W("MPI_Finalize", "void", Op.FINALIZE, post="r.comm = 0;", subs="pmac_close();"),
     W("MPI_Abort", "MPI_Comm comm, int errorcode", Op.OTHER,
       pre="if (pmac_on) { PMAC_FILL(r, 127); r.t_end_ns = r.t_start_ns; r.comm = pmac_cid(comm); "
@@ -297,7 +300,7 @@ def _wrapper(w: W, big: bool) -> str:
     if w.pre:
         lines.append(f"    {fmt(w.pre)}")
     lines.append(f"    int pmac_rc = P{name}({args});")
-    lines.append("    int64_t pmac_t1 = pmac_now();")
+    lines.append("    int64_t pmac_t1 = pmac_on ? pmac_now() : 0;")
     if w.always:
         lines.append(f"    {fmt(w.always)}")
     lines.append("    if (pmac_on) {")

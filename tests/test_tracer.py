@@ -167,6 +167,9 @@ def test_mpi4py_large_count_and_matched_probes(env):
         assert mrecv["recv_bytes"] == e[e["op"] == Op.SEND].iloc[0]["send_bytes"] > 0
         assert int(e[e["op"] == Op.ISEND]["send_bytes"].iloc[0]) == 800
         assert int(e[e["op"] == Op.ALLREDUCE]["recv_bytes"].iloc[0]) == 800
+        # the clock (TSC calibrated against CLOCK_MONOTONIC, or CLOCK_MONOTONIC) measures a 50 ms sleep
+        assert 0.05 <= float(e[e["op"] == Op.BARRIER]["burst_s"].iloc[0]) < 0.09
+        assert 0 < e.iloc[0]["t_start_s"] < e.iloc[0]["t_end_s"]  # MPI_Init is timed
 
 
 @pytest.mark.parametrize("crash", [1, 2], ids=["abort", "sigterm"])

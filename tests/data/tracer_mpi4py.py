@@ -1,4 +1,6 @@
 """Test program for pmac's PMPI tracer through mpi4py (large-count _c entry points, matched probes)."""
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -29,4 +31,5 @@ comm.Allreduce(a, b, op=MPI.SUM)
 sub = comm.Split(rank % 2, size - rank)
 sub.Bcast(a, root=0)
 sub.Free()
+time.sleep(0.05)  # a known compute burst before the barrier
 comm.Barrier()
