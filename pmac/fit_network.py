@@ -195,6 +195,11 @@ def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
 
     o_s = small_median("send_overhead")
     o_r = small_median("recv_overhead")
+    # LogP: one-way = o_s + L + o_r, so the overheads cannot exceed the smallest one-way time;
+    # a receive delayed by a busy shared machine can make o_r look larger: cap it.
+    t_small = float(t[m > 0][0]) if np.any(m > 0) else float(t[0])
+    o_s = min(o_s, t_small)
+    o_r = min(o_r, t_small - o_s)
     stream_bw = None
     st = sel[sel.test == "stream"]
     if not st.empty:

@@ -1,0 +1,488 @@
+#!/usr/bin/env python3
+"""Network probe (maps_ping-like): ping-pong, streaming bandwidth, send/receive overheads, collectives.
+
+Runs on its own under mpiexec (copy this file to a new system; it needs numpy and mpi4py, and
+uses numba + numba-mpi when present to keep the interpreter out of the timed loops)::
+
+    mpiexec -n 2 python probes/network.py --quick --out rec.npz
+    mpiexec -n 4 python probes/network.py --node-map 0,0,1,1 --out rec.npz   # or PMAC_NODE_MAP=0,0,1,1
+
+Rank 0 writes ``rec.npz`` with one array per ``table/column`` (tables ``pingpong`` and
+``collective``, the layout of ``pmac.profile.RAW_TABLES``; every repetition kept) and
+``meta/json`` (MPI library version, backend, node names and map, parameters).
+
+What is measured, between rank 0 and the first rank on the same node (``intra_node``) and the
+first rank on another node (``inter_node``); placement from ``MPI.Get_processor_name()`` unless
+``--node-map`` says otherwise (network namespaces keep the host's name):
+
+- ``pingpong``: one-way time = round trip / 2, sizes 0 B and 1 B .. 16 MiB (powers of two; the
+  full run adds the midpoints), OSU-style warm-up, a batch of iterations per repetition sized
+  to take ``--batch-ms`` (many iterations for small messages, few for large);
+- ``stream``: a window of 64 non-blocking sends, then a 1-byte acknowledgement (OSU bw); the
+  time per message of the window;
+- ``send_overhead``: time inside the send call of a small message (LogP o_s); ``recv_overhead``:
+  time inside the receive call after delaying the receive well past the message's arrival (o_r);
+  each repetition is the median over its calls;
+- ``pycall`` (Python backend only): the interpreter's cost of one Send and one Recv (on
+  ``MPI.PROC_NULL``), which a Python timed loop adds to every one-way time; the fit subtracts
+  it ("corrected") and the raw values stay in the table;
+- ``collective``: barrier, bcast, allreduce (float64 sum), alltoall on the first n ranks for n =
+  1, 2, 4, .. and all ranks; ``msg_bytes`` is this rank's buffer (alltoall: the whole send
+  buffer, n blocks); time per call is the slowest rank's; n = 1 gives the per-call floor.
+  Collectives are timed in mpi4py loops (numba-mpi has no alltoall).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+PP_COLUMNS = (("placement", "U16"), ("test", "U16"), ("msg_bytes", "int64"), ("rep", "int32"),
+              ("time_s", "float64"))
+COLL_COLUMNS = (("placement", "U16"), ("op", "U16"), ("msg_bytes", "int64"), ("n_ranks", "int32"),
+                ("rep", "int32"), ("time_s", "float64"))
+COLL_OPS = ("barrier", "bcast", "allreduce", "alltoall")
+WINDOW = 64
+MAX_BYTES = 16 << 20
+
+
+def pingpong_sizes(quick: bool, max_bytes: int = MAX_BYTES) -> list[int]:
+    sizes = {0}
+    k = 1
+    while k <= max_bytes:
+        sizes.add(k)
+        if not quick and k >= 4:
+            sizes.add(k + k // 2)
+        k *= 2
+    return sorted(s for s in sizes if s <= max_bytes)
+
+
+def iterations(n_bytes: int, batch_s: float, cap: int = 5000) -> int:
+    """Iterations per repetition: a batch of about ``batch_s`` on a conservative link guess."""
+    guess = 3e-6 + n_bytes / 1e9
+    return int(max(2, min(cap, batch_s / (2 * guess))))
+
+
+# ---------------------------------------------------------------- timed loops (numba backend)
+
+def _numba_kernels():
+    import numba
+    import numba_mpi as nm
+
+    @numba.njit(cache=False)  # numba-mpi uses ctypes pointers: not cacheable
+    def pingpong(buf, n_bytes, iters, first, peer):
+        view = buf[:n_bytes]
+        t0 = nm.wtime()
+        for _ in range(iters):
+            if first:
+                nm.send(view, peer, 1)
+                nm.recv(view, peer, 1)
+            else:
+                nm.recv(view, peer, 1)
+                nm.send(view, peer, 1)
+        return nm.wtime() - t0
+
+    @numba.njit(cache=False)  # numba-mpi uses ctypes pointers: not cacheable
+    def stream(buf, n_bytes, window, iters, first, peer, ack, reqs):
+        t0 = nm.wtime()
+        for _ in range(iters):
+            for w in range(window):
+                view = buf[w * n_bytes:(w + 1) * n_bytes]
+                if first:
+                    _, r = nm.isend(view, peer, 2)
+                else:
+                    _, r = nm.irecv(view, peer, 2)
+                reqs[w] = r[0]
+            nm.waitall(reqs)
+            if first:
+                nm.recv(ack, peer, 3)
+            else:
+                nm.send(ack, peer, 3)
+        return nm.wtime() - t0
+
+    @numba.njit(cache=False)  # numba-mpi uses ctypes pointers: not cacheable
+    def overhead(buf, n_bytes, iters, first, peer, ack, delay_s):
+        # A two-way handshake before each message: the receiver's delay starts only once the
+        # sender holds the go-ahead (a plain send may sit undelivered while its sender computes).
+        view = buf[:n_bytes]
+        samples = np.empty(iters)
+        for i in range(iters):
+            if first:
+                nm.recv(ack, peer, 5)
+                nm.send(ack, peer, 6)
+                t0 = nm.wtime()
+                nm.send(view, peer, 4)
+                samples[i] = nm.wtime() - t0
+            else:
+                nm.send(ack, peer, 5)
+                nm.recv(ack, peer, 6)
+                t0 = nm.wtime()
+                while nm.wtime() - t0 < delay_s:
+                    pass
+                t1 = nm.wtime()
+                nm.recv(view, peer, 4)
+                samples[i] = nm.wtime() - t1
+        # median: a few calls wait for a descheduled partner on a shared machine
+        return np.median(samples)
+
+    return pingpong, stream, overhead
+
+
+class NumbaBackend:
+    name = "numba-mpi"
+
+    def __init__(self, comm):
+        from numba_mpi import RequestType
+
+        self.comm = comm
+        self._pp, self._st, self._oh = _numba_kernels()
+        self.reqs = np.empty(WINDOW, dtype=RequestType)
+        self.ack = np.zeros(1, np.uint8)
+
+    def pingpong(self, buf, n, iters, first, peer):
+        return self._pp(buf, n, iters, first, peer)
+
+    def stream(self, buf, n, iters, first, peer):
+        return self._st(buf, n, WINDOW, iters, first, peer, self.ack, self.reqs)
+
+    def overhead(self, buf, n, iters, first, peer, delay_s):
+        return self._oh(buf, n, iters, first, peer, self.ack, delay_s)
+
+    def pycall(self, iters):
+        return None
+
+
+class PythonBackend:
+    """mpi4py loops; their per-call cost is measured separately (``pycall``)."""
+
+    name = "mpi4py"
+
+    def __init__(self, comm):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = comm
+        self.ack = np.zeros(1, np.uint8)
+
+    def pingpong(self, buf, n, iters, first, peer):
+        c, B = self.comm, self.MPI.BYTE
+        msg = [buf, n, B]
+        send, recv = c.Send, c.Recv
+        t0 = time.perf_counter()
+        if first:
+            for _ in range(iters):
+                send(msg, peer, 1)
+                recv(msg, peer, 1)
+        else:
+            for _ in range(iters):
+                recv(msg, peer, 1)
+                send(msg, peer, 1)
+        return time.perf_counter() - t0
+
+    def stream(self, buf, n, iters, first, peer):
+        c, B = self.comm, self.MPI.BYTE
+        views = [[buf[w * n:(w + 1) * n], n, B] for w in range(WINDOW)]
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            if first:
+                reqs = [c.Isend(v, peer, 2) for v in views]
+            else:
+                reqs = [c.Irecv(v, peer, 2) for v in views]
+            self.MPI.Request.Waitall(reqs)
+            if first:
+                c.Recv(self.ack, peer, 3)
+            else:
+                c.Send(self.ack, peer, 3)
+        return time.perf_counter() - t0
+
+    def overhead(self, buf, n, iters, first, peer, delay_s):
+        c, B = self.comm, self.MPI.BYTE
+        msg = [buf, n, B]
+        samples = np.empty(iters)
+        clock = time.perf_counter
+        for i in range(iters):  # same handshake as the numba kernel
+            if first:
+                c.Recv(self.ack, peer, 5)
+                c.Send(self.ack, peer, 6)
+                t0 = clock()
+                c.Send(msg, peer, 4)
+                samples[i] = clock() - t0
+            else:
+                c.Send(self.ack, peer, 5)
+                c.Recv(self.ack, peer, 6)
+                t0 = clock()
+                while clock() - t0 < delay_s:
+                    pass
+                t1 = clock()
+                c.Recv(msg, peer, 4)
+                samples[i] = clock() - t1
+        return float(np.median(samples))
+
+    def pycall(self, iters):
+        """Seconds per (Send + Recv) pair on PROC_NULL: what the interpreter adds per one-way hop."""
+        c, P = self.comm, self.MPI.PROC_NULL
+        msg = [np.zeros(8, np.uint8), 8, self.MPI.BYTE]
+        send, recv = c.Send, c.Recv
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            send(msg, P, 1)
+            recv(msg, P, 1)
+        return (time.perf_counter() - t0) / iters
+
+
+def make_backend(comm, which: str):
+    if which in ("auto", "numba"):
+        try:
+            import numba_mpi  # noqa: F401
+
+            return NumbaBackend(comm)
+        except ImportError:
+            if which == "numba":
+                raise SystemExit("probes/network.py: --backend numba needs numba and numba-mpi "
+                                 "(pip install numba-mpi)")
+    return PythonBackend(comm)
+
+
+# ---------------------------------------------------------------- placement
+
+def node_ids(comm, node_map: str | None) -> tuple[list[int], list[str]]:
+    from mpi4py import MPI
+
+    names = comm.allgather(MPI.Get_processor_name())
+    text = node_map if node_map is not None else os.environ.get("PMAC_NODE_MAP")
+    if text:
+        try:
+            ids = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+        except ValueError:
+            raise SystemExit(f"probes/network.py: --node-map must be comma-separated integers, got {text!r}")
+        if len(ids) != comm.Get_size():
+            raise SystemExit(f"probes/network.py: --node-map lists {len(ids)} ranks, "
+                             f"but {comm.Get_size()} are running")
+        return ids, names
+    seen: dict[str, int] = {}
+    return [seen.setdefault(n, len(seen)) for n in names], names
+
+
+def pairs(ids: list[int]) -> dict[str, int]:
+    """placement -> partner of rank 0."""
+    out = {}
+    for r in range(1, len(ids)):
+        key = "intra_node" if ids[r] == ids[0] else "inter_node"
+        out.setdefault(key, r)
+    return out
+
+
+# ---------------------------------------------------------------- the probe
+
+def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto",
+        batch_ms: float | None = None, max_bytes: int = MAX_BYTES, collectives: bool = True,
+        report=None) -> tuple[dict, dict]:
+    """Measure; returns (tables, meta) on rank 0 and ({}, meta) elsewhere.
+
+    ``report(fraction, message)`` is called on rank 0 as work progresses.
+    """
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    report = report if (report is not None and rank == 0) else (lambda f, m: None)
+    ids, names = node_ids(comm, node_map)
+    partners = pairs(ids)
+    be = make_backend(comm, backend)
+    batch_s = (batch_ms if batch_ms is not None else (1.0 if quick else 5.0)) * 1e-3
+    reps = 5 if quick else 15
+    sizes = pingpong_sizes(quick, max_bytes)
+    buf = np.zeros(max(max_bytes, 1) * 1, np.uint8)
+    sbuf = np.zeros(WINDOW * min(1 << 20, max_bytes), np.uint8)
+    pp_rows: list[tuple] = []
+    t_start = time.perf_counter()
+
+    steps = max(1, len(partners)) * 4 + (1 if collectives else 0)
+    step = 0
+    for placement, peer in sorted(partners.items()):
+        active = rank in (0, peer)
+        first = rank == 0
+        other = peer if first else 0
+        # compile / warm up with the smallest message, then every size
+        if active:
+            be.pingpong(buf, 1, 20, first, other)
+        report(step / steps, f"ping-pong {placement}")
+        for n in sizes:
+            it = iterations(n, batch_s)
+            if active:
+                be.pingpong(buf, n, max(1, it // 10), first, other)  # warm-up
+                for r in range(reps):
+                    dt = be.pingpong(buf, n, it, first, other)
+                    if first:
+                        pp_rows.append((placement, "pingpong", n, r, dt / (2 * it)))
+        step += 1
+        report(step / steps, f"streaming {placement}")
+        stream_sizes = [s for s in sizes if s >= 1024 and s * WINDOW <= sbuf.size and (s & (s - 1)) == 0][::2]
+        for n in stream_sizes:
+            it = max(1, iterations(n * WINDOW, batch_s, cap=200))
+            if active:
+                be.stream(sbuf, n, 1, first, other)
+                for r in range(reps):
+                    dt = be.stream(sbuf, n, it, first, other)
+                    if first:
+                        pp_rows.append((placement, "stream", n, r, dt / (it * WINDOW)))
+        step += 1
+        report(step / steps, f"overheads {placement}")
+        # latency estimate for the receive delay: exchanged between the pair only
+        if active:
+            if first:
+                small = [row[4] for row in pp_rows if row[0] == placement and row[1] == "pingpong" and row[2] == 8]
+                lat = float(np.median(small))
+                comm.send(lat, dest=other, tag=9)
+            else:
+                lat = comm.recv(source=0, tag=9)
+            delay = max(20e-6, 10 * lat)
+            n_oh = 50 if quick else 200
+            for n in (8, 1024):
+                be.overhead(buf, n, 5, first, other, delay)
+                for r in range(reps):
+                    v = be.overhead(buf, n, n_oh, first, other, delay)
+                    if first:
+                        pp_rows.append((placement, "send_overhead", n, r, v))
+                        pp_rows.append(comm.recv(source=other, tag=10))
+                    else:
+                        comm.send((placement, "recv_overhead", n, r, v), dest=0, tag=10)
+        step += 1
+        if active and first:
+            for r in range(reps):
+                v = be.pycall(2000 if quick else 20000)
+                if v is not None:
+                    pp_rows.append((placement, "pycall", 0, r, v))
+        step += 1
+        comm.Barrier()
+
+    coll_rows: list[tuple] = []
+    if collectives:
+        report(step / steps, "collectives")
+        coll_rows = _collectives(comm, ids, quick=quick, reps=reps, batch_s=batch_s)
+    meta = {
+        "mpi_library": MPI.Get_library_version().strip().splitlines()[0] if rank == 0 else "",
+        "mpi_version": ".".join(map(str, MPI.Get_version())),
+        "mpi4py": __import__("mpi4py").__version__,
+        "backend": be.name,
+        "n_ranks": size,
+        "processor_names": names,
+        "node_ids": ids,
+        "node_map_source": "explicit" if (node_map or os.environ.get("PMAC_NODE_MAP")) else "processor_name",
+        "partners": partners,
+        "quick": quick,
+        "batch_s": batch_s,
+        "reps": reps,
+        "window": WINDOW,
+        "elapsed_s": time.perf_counter() - t_start,
+    }
+    if be.name == "numba-mpi":
+        import numba
+        import numba_mpi
+
+        meta["numba"] = numba.__version__
+        meta["numba_mpi"] = getattr(numba_mpi, "__version__", "")
+    report(1.0, "done")
+    if rank != 0:
+        return {}, meta
+    tables = {
+        "pingpong": _columns(pp_rows, PP_COLUMNS),
+        "collective": _columns(coll_rows, COLL_COLUMNS),
+    }
+    return tables, meta
+
+
+def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float) -> list[tuple]:
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    counts = sorted({1, size} | {2**k for k in range(1, 20) if 2**k <= size})
+    sizes = [8, 1024, 65536] if quick else [8, 64, 512, 4096, 32768, 262144, 1 << 20]
+    rows = []
+    for n in counts:
+        color = 0 if rank < n else MPI.UNDEFINED
+        sub = comm.Split(color, rank)
+        placement = "intra_node" if len(set(ids[:n])) == 1 else "inter_node"
+        if sub != MPI.COMM_NULL:
+            for op in COLL_OPS:
+                for nb in ([0] if op == "barrier" else sizes):
+                    count = max(1, nb // 8)
+                    if op == "alltoall":
+                        count = max(n, (count // n) * n)
+                    a = np.ones(count, np.float64)
+                    b = np.zeros(count, np.float64)
+                    call = {
+                        "barrier": lambda: sub.Barrier(),
+                        "bcast": lambda: sub.Bcast(a, root=0),
+                        "allreduce": lambda: sub.Allreduce(a, b, op=MPI.SUM),
+                        "alltoall": lambda: sub.Alltoall(a, b),
+                    }[op]
+                    it = int(max(2, min(2000, batch_s / (5e-6 * max(1, n) + 8 * count * n / 2e9))))
+                    for _ in range(max(1, it // 10)):
+                        call()
+                    for r in range(reps):
+                        sub.Barrier()
+                        t0 = time.perf_counter()
+                        for _ in range(it):
+                            call()
+                        dt = (time.perf_counter() - t0) / it
+                        worst = sub.reduce(dt, op=MPI.MAX, root=0)
+                        if rank == 0:
+                            rows.append((placement, op, 0 if op == "barrier" else count * 8, n, r, worst))
+            sub.Free()
+        comm.Barrier()
+    return rows
+
+
+def _columns(rows: list[tuple], spec) -> dict[str, np.ndarray]:
+    return {name: np.array([r[i] for r in rows], dtype=dtype) for i, (name, dtype) in enumerate(spec)}
+
+
+def save(path: str, tables: dict, meta: dict) -> None:
+    """Write atomically (temporary file + rename) so an interrupted run leaves no half file."""
+    arrays = {f"{t}/{c}": v for t, cols in tables.items() for c, v in cols.items()}
+    arrays["meta/json"] = np.array(json.dumps(meta))
+    tmp = f"{path}.tmp{os.getpid()}.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="output .npz (written by rank 0)")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions and sizes (< 30 s)")
+    p.add_argument("--node-map", default=None, help="rank-to-node map, e.g. 0,0,1,1 (or env PMAC_NODE_MAP)")
+    p.add_argument("--backend", choices=("auto", "numba", "python"), default="auto",
+                   help="timed loops in numba (numba-mpi) or in Python (mpi4py, per-call cost measured)")
+    p.add_argument("--batch-ms", type=float, default=None, help="target duration of one repetition")
+    p.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest ping-pong message")
+    p.add_argument("--no-collectives", action="store_true")
+    p.add_argument("--progress", action="store_true", help="print 'progress FRACTION MESSAGE' lines")
+    args = p.parse_args(argv)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() < 2:
+        if comm.Get_rank() == 0:
+            print("probes/network.py: needs at least 2 ranks (mpiexec -n 2 ...)", file=sys.stderr)
+        return 2
+
+    def report(f, m):
+        if args.progress:
+            print(f"progress {f:.3f} {m}", flush=True)
+
+    tables, meta = run(comm, quick=args.quick, node_map=args.node_map, backend=args.backend,
+                       batch_ms=args.batch_ms, max_bytes=args.max_bytes,
+                       collectives=not args.no_collectives, report=report)
+    if comm.Get_rank() == 0:
+        meta["command"] = " ".join([sys.executable] + sys.argv)
+        save(args.out, tables, meta)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
