@@ -88,3 +88,24 @@ def shared_dir() -> Path:
 @pytest.fixture
 def python_exe() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def emulated_cluster():
+    """A live 2-node emulated cluster (pmac.emulated, unlimited links), removed after the test.
+
+    ``cluster.set_rate("200mbit")`` limits it; ``cluster.run(n, argv)`` runs an MPI job on it.
+    Skips (fails under PMAC_REQUIRE=netns) without root and iproute2.
+    """
+    reason = capability("netns") or capability("mpi")
+    if reason:
+        if {"netns", "mpi"} & required():
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    from pmac.emulated import emulated_cluster as make_cluster
+    from pmac.emulated import list_links, list_namespaces
+
+    with make_cluster(2) as cluster:
+        yield cluster
+    left = list_namespaces(cluster.prefix) + list_links(cluster.prefix)
+    assert not left, f"emulated cluster left behind: {left}"

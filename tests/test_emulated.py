@@ -1,0 +1,165 @@
+"""The emulated cluster (pmac.emulated, bench/emulated_cluster): namespaces come and go cleanly,
+ranks land where the map says, and a tbf rate limit really lowers the bandwidth between nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pmac import emulated as E
+from pmac.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+# One-way time of 1 MiB (median of half round trips) and every rank's processor name.
+PINGPONG = r"""
+import sys, time
+import numpy as np
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+names = c.gather(MPI.Get_processor_name(), root=0)
+n = int(sys.argv[1]); reps = int(sys.argv[2])
+buf = np.zeros(n, np.uint8)
+times = []
+for i in range(reps + 2):
+    c.Barrier()
+    t = time.perf_counter()
+    if c.rank == 0:
+        c.Send(buf, 1); c.Recv(buf, 1)
+    elif c.rank == 1:
+        c.Recv(buf, 0); c.Send(buf, 0)
+    times.append((time.perf_counter() - t) / 2)
+if c.rank == 0:
+    print("names", ",".join(names))
+    print("one_way_s", float(np.median(times[2:])))
+"""
+
+
+def _pingpong(cluster, tmp_path, n_ranks=2, msg_bytes=1 << 20, reps=8):
+    script = tmp_path / "pingpong.py"
+    script.write_text(PINGPONG)
+    r = cluster.run(n_ranks, [sys.executable, str(script), str(msg_bytes), str(reps)], timeout_s=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.startswith(("names", "one_way_s")))
+    return out["names"].split(","), float(out["one_way_s"])
+
+
+def test_parse_rate_and_tbf_arguments():
+    assert E.parse_rate("1gbit") == pytest.approx(1.25e8)
+    assert E.parse_rate("200mbit") == pytest.approx(2.5e7)
+    assert E.parse_rate("1 Gbit/s") == pytest.approx(1.25e8)
+    assert E.parse_rate("125 MB/s") == pytest.approx(1.25e8)
+    assert E.parse_rate(1e6) == 1e6
+    with pytest.raises(InputError, match="positive"):
+        E.parse_rate("0mbit")
+    with pytest.raises(InputError, match="bytes_per_s"):
+        E.parse_rate("3 GHz")
+    # 1 Gbit/s: 1 ms of the rate is 125000 B, below the 128 KiB floor
+    assert E.tbf_arguments(1.25e8) == ["tbf", "rate", "1000000000bit", "burst", "131072", "latency", "50ms"]
+    # 10 Gbit/s: the bucket holds 1 ms
+    assert E.tbf_arguments(1.25e9)[4] == "1250000"
+
+
+@pytest.mark.requires("netns", "mpi")
+def test_bad_arguments():
+    with pytest.raises(InputError, match="n_nodes"):
+        with E.emulated_cluster(0):
+            pass
+    with pytest.raises(InputError, match="prefix"):
+        with E.emulated_cluster(2, prefix="Bad-Prefix"):
+            pass
+
+
+@pytest.mark.requires("netns", "mpi")
+def test_rank_map_and_placement(emulated_cluster, tmp_path):
+    c = emulated_cluster
+    assert E.list_namespaces(c.prefix) == list(c.nodes) == ["pmacemu-n0", "pmacemu-n1"]
+    assert set(E.list_links(c.prefix)) == {"pmacemu-br", "pmacemu-v0", "pmacemu-v1"}
+    assert c.rank_to_node(4) == (0, 0, 1, 1)
+    assert c.rank_to_node(3, ranks_per_node=2) == (0, 0, 1)
+    with pytest.raises(InputError, match="do not fit"):
+        c.rank_to_node(5, ranks_per_node=2)
+    # the MPI processor name of each rank is the node the map says
+    names, _ = _pingpong(c, tmp_path, n_ranks=4, msg_bytes=8, reps=2)
+    assert names == list(c.rank_to_host(4)) == ["pmacemu-n0", "pmacemu-n0", "pmacemu-n1", "pmacemu-n1"]
+    # the namespace's /etc/hosts names every node
+    hosts = subprocess.run(["ip", "netns", "exec", "pmacemu-n0", "cat", "/etc/hosts"],
+                           capture_output=True, text=True).stdout
+    assert "10.213.0.2 pmacemu-n1" in hosts
+
+
+@pytest.mark.requires("netns", "mpi")
+def test_tbf_limit_lowers_bandwidth(emulated_cluster, tmp_path):
+    """1 MiB ping-pong: unlimited > 1 Gbit/s > 200 Mbit/s, each near its nominal rate."""
+    c = emulated_cluster
+    bw = {}
+    for rate in (None, "1gbit", "200mbit"):
+        c = c.set_rate(rate)
+        qd = E.qdisc_of(c.nodes[0])
+        assert ("tbf" in qd) == (rate is not None), qd
+        names, t = _pingpong(c, tmp_path, reps=6 if rate == "200mbit" else 10)
+        assert names == ["pmacemu-n0", "pmacemu-n1"]
+        bw[rate] = (1 << 20) / t
+    # a limited link cannot beat its rate by more than the bucket: 1 MiB / (1 MiB - 128 KiB) = 1.14
+    for rate, nominal in (("1gbit", 1.25e8), ("200mbit", 2.5e7)):
+        assert 0.5 * nominal < bw[rate] < 1.2 * nominal, (rate, bw)
+    assert bw["1gbit"] > 3.0 * bw["200mbit"], bw
+    assert bw[None] > 1.5 * bw["1gbit"], bw
+
+
+@pytest.mark.requires("netns", "mpi")
+def test_stale_state_is_removed_and_teardown_on_error():
+    # a killed earlier run left a namespace and a link behind
+    subprocess.run(["ip", "netns", "add", "pmacemu-nstale"], check=True)
+    subprocess.run(["ip", "link", "add", "pmacemu-vstale", "type", "veth", "peer", "name", "pmacemu-vstalp"], check=True)
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            with E.emulated_cluster(3, "500mbit") as c:
+                assert "pmacemu-nstale" not in E.list_namespaces()
+                assert not {"pmacemu-vstale", "pmacemu-vstalp"} & set(E.list_links())
+                assert E.list_namespaces() == ["pmacemu-n0", "pmacemu-n1", "pmacemu-n2"]
+                assert "rate 500Mbit" in E.qdisc_of("pmacemu-n2")
+                assert c.rate_bytes_per_s == pytest.approx(6.25e7)
+                raise RuntimeError("boom")
+        assert E.list_namespaces() == [] and E.list_links() == []
+        assert not list(Path("/etc/netns").glob("pmacemu-*"))
+    finally:
+        E.remove_all()
+
+
+@pytest.mark.requires("netns", "mpi")
+def test_bench_script_runs_and_tears_down_on_sigterm(tmp_path):
+    exe = [sys.executable, str(REPO / "bench" / "emulated_cluster")]
+    r = subprocess.run(exe + ["--nodes", "2", "--rate", "1gbit", "--", sys.executable, "-c",
+                              "from mpi4py import MPI; import sys; sys.exit(MPI.COMM_WORLD.rank + 3)"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0  # the job's exit code (hydra reports the failing ranks)
+    assert "rank -> node: 0:pmacemu-n0, 1:pmacemu-n1" in r.stderr
+    assert "rate 1Gbit" in r.stderr
+    assert E.list_namespaces() == []
+    # interrupted while the job runs: everything is removed, also the job's processes
+    p = subprocess.Popen(exe + ["--nodes", "2", "--", "sleep", "60"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            pids = subprocess.run(["ip", "netns", "pids", "pmacemu-n1"], capture_output=True, text=True).stdout.split()
+            if pids:
+                break
+            time.sleep(0.2)
+        assert pids, "the job never started in the namespace"
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+        assert E.list_namespaces() == [] and E.list_links() == []
+        for pid in pids:
+            assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        E.remove_all()
