@@ -234,3 +234,34 @@ def test_cli_trace_end_to_end(env, capsys):
     sig = load_signature(out)
     assert sig.header.parameters == {"iters": 2} and sig.header.rank_hosts and sig.header.mpi_library
     assert len(sig.events) == 2 * 25 + 2  # 25 calls per rank at 2 iterations, plus rank 0 send + rank 1 receive
+
+
+def test_unmatched_send_reported(env, tmp_path):
+    """Edit rank 1's raw receive to another tag: the reader reports both streams."""
+    from pmac.rawtrace import RECORD_DTYPE
+
+    res = _trace(env, 2, [env["app"], "1", "8"], "unmatched", keep_raw=True)
+    assert res.raw.unmatched == ()
+    f0, f1 = sorted((res.path / "raw").glob("rank-*.pmr"))
+    data = bytearray(f1.read_bytes())
+    recs = np.frombuffer(data, RECORD_DTYPE, offset=HEADER_BYTES)
+    i = int(np.flatnonzero((recs["type"] == 1) & (recs["op"] == int(Op.RECV)))[0])
+    rec = recs[i].copy()
+    rec["recv_tag"] = 6
+    data[HEADER_BYTES + i * RECORD_BYTES: HEADER_BYTES + (i + 1) * RECORD_BYTES] = rec.tobytes()
+    (tmp_path / f0.name).write_bytes(f0.read_bytes())
+    (tmp_path / f1.name).write_bytes(bytes(data))
+    t = read_raw_dir(tmp_path)
+    assert t.unmatched == ("comm 0 0->1 tag 5: 1 send(s), 0 receive(s)", "comm 0 0->1 tag 6: 0 send(s), 1 receive(s)")
+    assert any("2 unmatched send/receive stream(s)" in w for w in t.warnings)
+
+
+def test_memory_flag_without_memtrace(env, capsys, monkeypatch):
+    import importlib.util
+
+    from pmac.cli import main
+
+    if importlib.util.find_spec("pmac.memtrace") is not None:
+        pytest.skip("pmac.memtrace is present: covered by the memory tracer's tests")
+    rc = main(["trace", "-o", str(env["dir"] / "mem"), "--memory", "--no-mpi", "--", env["app"]])
+    assert rc == 2 and "memory tracing not available in this build" in capsys.readouterr().err

@@ -77,7 +77,9 @@ def run(args) -> int:
     if args.memory:
         try:
             from ..memtrace import trace_memory
-        except ImportError:
+        except ModuleNotFoundError as exc:
+            if exc.name != "pmac.memtrace":
+                raise
             print("pmac trace: memory tracing not available in this build", file=sys.stderr)
             return 2
         ranks = None
