@@ -1,0 +1,220 @@
+"""pmac predict [SIGNATURE...] [MACHINE...]: predicted time-to-solution per machine.
+
+With no paths: every shipped signature (signatures/*/) against every shipped machine
+(machines/*.yaml) that has the sections the prediction needs; the others are listed with what
+they lack. Paths are told apart by what they are: a folder (or its signature.yaml) is a
+signature, another .yaml file a machine profile.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..errors import InputError, PmacError
+from ..units import format_quantity
+
+HELP = "predict the run time of signatures on machine profiles (compute / communication / wait)"
+
+
+def add_arguments(p):
+    p.add_argument("paths", nargs="*", metavar="SIGNATURE|MACHINE",
+                   help="signatures/NAME folders and machines/NAME.yaml files (default: all shipped)")
+    p.add_argument("--ranks-per-node", type=int, metavar="N",
+                   help="ranks placed block-wise per node (default: the node's core count)")
+    p.add_argument("--bursts", choices=("auto", "measured", "memory"), default="auto",
+                   help="burst times from the memory signature (convolved) or as measured (default: auto = "
+                        "memory when traced)")
+    p.add_argument("--contention", action="store_true", help="model link contention on the profile's topology")
+    p.add_argument("--per-rank", action="store_true", help="also print each rank's split")
+    p.add_argument("--critical-path", action="store_true", help="also print the critical path")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print JSON (every table) instead of text")
+    fmt.add_argument("--csv", action="store_true", help="print CSV (the summary; with --per-rank or "
+                                                         "--critical-path that table) instead of text")
+    p.add_argument("--timeline", metavar="FILE.png", help="write a Gantt chart per rank (matplotlib)")
+
+
+def _roots() -> list[Path]:
+    repo = Path(__file__).resolve().parents[2]
+    return [Path.cwd(), repo]
+
+
+def _shipped(sub: str, pattern: str) -> list[Path]:
+    for root in _roots():
+        d = root / sub
+        if d.is_dir():
+            found = sorted(d.glob(pattern))
+            if found:
+                return found
+    return []
+
+
+def classify(paths: list[str]) -> tuple[list[Path], list[Path]]:
+    sigs, machines = [], []
+    for s in paths:
+        p = Path(s)
+        if not p.exists():
+            raise InputError("no such file or folder", path=p)
+        if p.is_dir() or p.name == "signature.yaml":
+            sigs.append(p)
+        elif p.suffix in (".yaml", ".yml"):
+            machines.append(p)
+        else:
+            raise InputError("neither a signature folder nor a machine .yaml", path=p)
+    if not sigs:
+        sigs = [p.parent for p in _shipped("signatures", "*/signature.yaml")]
+    if not machines:
+        machines = _shipped("machines", "*.yaml")
+    if not sigs:
+        raise InputError("no signatures given and none shipped (signatures/*/signature.yaml)")
+    if not machines:
+        raise InputError("no machines given and none shipped (machines/*.yaml)")
+    return sigs, machines
+
+
+def _fmt_table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    lines = ["  ".join(str(h).ljust(w) if i == 0 else str(h).rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]
+    for r in rows:
+        lines.append("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(lines)
+
+
+def _pct(part: float, total: float) -> str:
+    return f"{100.0 * part / total:5.1f}%" if total > 0 else "-"
+
+
+def format_prediction(pred, *, per_rank: bool, critical_path: bool) -> str:
+    out = [f"signature {pred.signature}"]
+    rows = []
+    for r in pred.summary.itertuples():
+        rows.append([r.machine, format_quantity(r.total_s, "s"), format_quantity(r.compute_s, "s"),
+                     format_quantity(r.comm_s, "s"), format_quantity(r.wait_s, "s"),
+                     f"{_pct(r.compute_s, r.total_s)} / {_pct(r.comm_s, r.total_s)} / {_pct(r.wait_s, r.total_s)}",
+                     f"{r.n_ranks} on {r.n_nodes}", r.burst_source + ("" if r.independent else " (!)")])
+    out.append(_fmt_table(rows, ["machine", "time", "compute", "comm", "wait", "compute/comm/wait",
+                                 "ranks/nodes", "bursts"]))
+    if per_rank:
+        for m, g in pred.per_rank.groupby("machine", sort=False):
+            out.append(f"\n  per rank on {m}:")
+            rr = [[str(r.rank), str(r.node), format_quantity(r.finish_s, "s"), format_quantity(r.compute_s, "s"),
+                   format_quantity(r.comm_s, "s"), format_quantity(r.wait_s, "s")] for r in g.itertuples()]
+            out.append(_indent(_fmt_table(rr, ["rank", "node", "finish", "compute", "comm", "wait"])))
+    if critical_path:
+        if len(pred.critical_path) == 0:
+            out.append("\n  critical path: not reported by the replay")
+        for m, g in pred.critical_path.groupby("machine", sort=False):
+            out.append(f"\n  critical path on {m} ({len(g)} events; rank switches shown):")
+            g = g.reset_index(drop=True)
+            keep = g.index[(g["rank"] != g["rank"].shift()) | (g.index == len(g) - 1)]
+            rr = [[str(g.at[i, "step"]), str(g.at[i, "rank"]), str(g.at[i, "seq"]), g.at[i, "op"],
+                   format_quantity(g.at[i, "end_s"], "s")] for i in keep[:40]]
+            out.append(_indent(_fmt_table(rr, ["step", "rank", "seq", "op", "ends at"])))
+            if len(keep) > 40:
+                out.append(f"    ... {len(keep) - 40} more")
+    for n in pred.notes:
+        out.append(f"  note: {n}")
+    return "\n".join(out)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + x for x in text.splitlines())
+
+
+def plot_timeline(preds, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(p.signature, m, g) for p in preds for m, g in p.timeline.groupby("machine", sort=False)]
+    if not panels:
+        raise InputError("the replay reported no timeline to draw", path=path)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.2 + 0.5 * sum(
+        g["rank"].nunique() for _, _, g in panels)), squeeze=False)
+    for ax, (sig, m, g) in zip(axes[:, 0], panels):
+        for rank, gr in g.groupby("rank"):
+            comp = list(zip(gr["burst_start_s"], gr["start_s"] - gr["burst_start_s"]))
+            mpi = list(zip(gr["start_s"], gr["end_s"] - gr["start_s"]))
+            ax.broken_barh(comp, (rank - 0.4, 0.8), facecolors="tab:blue", linewidth=0)
+            ax.broken_barh(mpi, (rank - 0.4, 0.8), facecolors="tab:red", linewidth=0)
+        ax.set_title(f"{sig} on {m}  (blue: compute, red: MPI)", fontsize=9)
+        ax.set_ylabel("rank")
+        ax.set_yticks(sorted(g["rank"].unique()))
+        ax.invert_yaxis()
+    axes[-1, 0].set_xlabel("time (s)")
+    fig.tight_layout()
+    from io import BytesIO
+
+    from ..schema import atomic_write_bytes
+
+    buf = BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def run(args) -> int:
+    from ..predict import needed_sections, predict
+    from ..profile import load_profile
+    from ..signature import load_signature
+
+    sig_paths, machine_paths = classify(args.paths)
+    profiles = [load_profile(p) for p in machine_paths]
+    preds, skipped = [], []
+    for sp in sig_paths:
+        sig = load_signature(sp)
+        usable = []
+        for prof in profiles:
+            try:
+                lacking = needed_sections(prof, sig, burst_source=args.bursts, ranks_per_node=args.ranks_per_node)
+            except PmacError as exc:
+                lacking = [str(exc)]
+            if lacking:
+                skipped.append((sig.name, prof.name, lacking))
+            else:
+                usable.append(prof)
+        if usable:
+            preds.append(predict(sig, usable, ranks_per_node=args.ranks_per_node, burst_source=args.bursts,
+                                 contention=args.contention, timeline=bool(args.timeline)))
+    if args.json:
+        doc = {"predictions": [{"signature": p.signature, "summary": _records(p.summary),
+                                "per_rank": _records(p.per_rank), "critical_path": _records(p.critical_path),
+                                "notes": list(p.notes)} for p in preds],
+               "not_predicted": [{"signature": s, "machine": m, "lacking": lk} for s, m, lk in skipped]}
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    elif args.csv:
+        import pandas as pd
+
+        frames = [p.per_rank if args.per_rank else p.critical_path if args.critical_path else p.summary
+                  for p in preds]
+        if frames:
+            df = pd.concat(frames, ignore_index=True)
+            if args.per_rank or args.critical_path:
+                df.insert(0, "signature", [p.signature for p, f in zip(preds, frames) for _ in range(len(f))])
+            df.to_csv(sys.stdout, index=False, float_format="%.9g")
+    else:
+        for p in preds:
+            print(format_prediction(p, per_rank=args.per_rank, critical_path=args.critical_path))
+            print()
+        if any(not r.independent for p in preds for r in p.summary.itertuples()):
+            print("(!) burst times as measured on the traced machine: not a prediction for other machines")
+        if skipped:
+            print("not predicted (the machine lacks what the prediction needs):")
+            for s, m, lk in skipped:
+                print(f"  {m} for {s}: lacks {', '.join(lk)}")
+    if args.timeline:
+        plot_timeline(preds, args.timeline)
+        if not args.json and not args.csv:
+            print(f"wrote {args.timeline}")
+    if not preds:
+        raise InputError("no machine has the sections needed for the given signatures "
+                         "(see 'not predicted' above)")
+    return 0
+
+
+def _records(df) -> list[dict]:
+    return json.loads(df.to_json(orient="records", double_precision=15))

@@ -1,0 +1,238 @@
+"""Time-to-solution of a signature on machine profiles: convolve the bursts, replay the MPI events.
+
+``predict(signature, profiles)`` returns a :class:`Prediction` of tidy DataFrames:
+
+- ``summary``: one row per machine: ``total_s`` (the last rank's finish), and the mean over
+  ranks of ``compute_s`` (bursts), ``comm_s`` (time inside MPI not blocked on a partner) and
+  ``wait_s`` (blocked on a partner); ``burst_source`` says where the burst times came from and
+  ``independent`` whether the prediction used no measured time of the application (see below).
+- ``per_rank``: one row per (machine, rank): node, finish/compute/comm/wait seconds.
+- ``critical_path``: the events on the critical path (machine, rank, seq, op, start_s, end_s),
+  when the replay reports one.
+- ``timeline``: with ``timeline=True``, one row per (machine, event): the burst before the call
+  (``burst_start_s``) and the call itself (``start_s``, ``end_s``).
+
+Burst times (``burst_source``):
+
+- ``'memory'``: from the memory signature through the convolver (pmac.convolve) and the
+  machine's node section: a prediction that uses no measured time of the application. Events
+  whose rank was not memory-traced (a sample of ranks) take the burst of the traced rank
+  ``traced[rank % n_traced]`` with the same ``seq`` (SPMD assumption; counted in the notes);
+  an event with no burst row has no compute before it.
+- ``'measured'``: the ``burst_s`` the tracer measured: only honest on the machine that was
+  traced; the summary marks such rows ``independent = False``.
+- ``'auto'``: ``'memory'`` when the signature has a memory signature, else ``'measured'``.
+
+Placement: ranks fill nodes block-wise, ``ranks_per_node`` per node (default: the node's core
+count, i.e. one rank per core), so rank ``r`` is on node ``r // ranks_per_node``. A prediction
+that needs more nodes than the profile has (``n_nodes``) is still made and says so in a note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .convolve import burst_arrays, convolve, machine_coeffs
+from .errors import InputError, MissingSectionError
+from .profile import MachineProfile
+from .signature import Signature
+from .trace import op_name
+
+BURST_SOURCES = ("auto", "measured", "memory")
+
+SUMMARY_COLUMNS = ("machine", "signature", "n_ranks", "ranks_per_node", "n_nodes", "burst_source",
+                   "independent", "total_s", "compute_s", "comm_s", "wait_s", "critical_rank")
+PER_RANK_COLUMNS = ("machine", "rank", "node", "finish_s", "compute_s", "comm_s", "wait_s")
+CRITICAL_COLUMNS = ("machine", "step", "rank", "seq", "op", "start_s", "end_s")
+TIMELINE_COLUMNS = ("machine", "rank", "seq", "op", "burst_start_s", "start_s", "end_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    signature: str
+    summary: pd.DataFrame
+    per_rank: pd.DataFrame
+    critical_path: pd.DataFrame
+    timeline: pd.DataFrame
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name, cols in (("summary", SUMMARY_COLUMNS), ("per_rank", PER_RANK_COLUMNS),
+                           ("critical_path", CRITICAL_COLUMNS), ("timeline", TIMELINE_COLUMNS)):
+            df = getattr(self, name)
+            if tuple(df.columns) != cols:
+                raise ValueError(f"Prediction.{name}: columns {tuple(df.columns)} != {cols}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayOut:
+    """What predict needs from a replay (adapter over pmac.replay's result)."""
+
+    finish_s: np.ndarray
+    compute_s: np.ndarray
+    comm_s: np.ndarray
+    wait_s: np.ndarray
+    #: per event (rows of the events table): call start / end, or None
+    start_s: np.ndarray | None = None
+    end_s: np.ndarray | None = None
+    #: event rows on the critical path, in time order, or None
+    critical_rows: np.ndarray | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _replay(sig: Signature, burst_s: np.ndarray, placement: np.ndarray, profile: MachineProfile, *,
+            contention: bool, timeline: bool) -> ReplayOut:
+    """Adapter over :func:`pmac.replay.replay`."""
+    from . import replay as rp
+
+    opts = rp.ReplayOptions(contention=contention, timeline=timeline, critical_path=True)
+    res = rp.replay(sig, burst_s, placement, profile.network, opts)
+    crit = getattr(res, "critical_path", None)
+    return ReplayOut(
+        finish_s=np.asarray(res.finish_s, dtype=np.float64), compute_s=np.asarray(res.compute_s, dtype=np.float64),
+        comm_s=np.asarray(res.comm_s, dtype=np.float64), wait_s=np.asarray(res.wait_s, dtype=np.float64),
+        start_s=None if getattr(res, "start_s", None) is None else np.asarray(res.start_s),
+        end_s=None if getattr(res, "end_s", None) is None else np.asarray(res.end_s),
+        critical_rows=None if crit is None else np.asarray(crit, dtype=np.int64))
+
+
+def resolve_burst_source(sig: Signature, burst_source: str = "auto") -> str:
+    if burst_source not in BURST_SOURCES:
+        raise InputError(f"burst source must be one of {', '.join(BURST_SOURCES)}, got '{burst_source}'")
+    has_memory = bool(sig.memory) and "bursts" in sig.memory and len(sig.memory["bursts"]) > 0
+    if burst_source == "auto":
+        return "memory" if has_memory else "measured"
+    if burst_source == "memory" and not has_memory:
+        raise MissingSectionError(f"signature '{sig.name}'", "memory.bursts", path=sig.path,
+                                  needed_by="predict --bursts memory (trace it with pmac trace --memory)")
+    if burst_source == "measured" and sig.header.burst_source != "measured":
+        raise InputError(f"signature '{sig.name}' has no measured burst times "
+                         f"(burst_source: {sig.header.burst_source})", path=sig.path)
+    return burst_source
+
+
+def ranks_per_node_for(profile: MachineProfile, ranks_per_node: int | None) -> int:
+    if ranks_per_node is not None:
+        if ranks_per_node <= 0:
+            raise InputError(f"ranks per node must be positive, got {ranks_per_node}")
+        return int(ranks_per_node)
+    return profile.node.n_cores if profile.node is not None else 1
+
+
+def needed_sections(profile: MachineProfile, sig: Signature, *, burst_source: str = "auto",
+                    ranks_per_node: int | None = None) -> list[str]:
+    """The sections ``profile`` lacks for predicting ``sig`` (empty: it can be predicted)."""
+    src = resolve_burst_source(sig, burst_source)
+    want = ["network.intra_node"]
+    if src == "memory":
+        want += ["node", "node.compute"]
+    elif ranks_per_node is None:
+        want += ["node"]
+    lacking = profile.missing(tuple(want))
+    if "node" not in lacking:
+        rpn = ranks_per_node_for(profile, ranks_per_node)
+        if sig.n_ranks > rpn:
+            lacking += profile.missing(("network.inter_node",))
+    return lacking
+
+
+def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int]
+                       ) -> tuple[np.ndarray, dict]:
+    """Convolved burst time before every event (machines x events) and diagnostics."""
+    ba = burst_arrays(sig.memory)
+    ms = [machine_coeffs(p, active_cores=a) for p, a in zip(profiles, active_cores)]
+    res = convolve(ba, ms, detail=True)
+    ev = sig.events
+    ranks = ev["rank"].to_numpy(np.int64)
+    seqs = ev["seq"].to_numpy(np.int64)
+    traced = np.unique(ba.rank)
+    src_rank = ranks.copy()
+    untraced = ~np.isin(ranks, traced)
+    src_rank[untraced] = traced[ranks[untraced] % len(traced)]
+    key_b = pd.MultiIndex.from_arrays([ba.rank.astype(np.int64), ba.seq])
+    idx = key_b.get_indexer(pd.MultiIndex.from_arrays([src_rank, seqs]))
+    found = idx >= 0
+    out = np.zeros((len(ms), len(ev)))
+    out[:, found] = res.time_s[:, idx[found]]
+    diag = dict(n_untraced_ranks=int(len(np.unique(ranks[untraced]))), n_events_without_burst=int((~found).sum()),
+                n_borrowed_hist=ba.n_borrowed_hist,
+                memory_s=res.memory_s.sum(axis=1), compute_s=res.compute_s.sum(axis=1),
+                coeff_notes=[m.notes for m in ms])
+    return out, diag
+
+
+def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
+            burst_source: str = "auto", contention: bool = False, timeline: bool = False) -> Prediction:
+    """Predict ``sig`` on every profile (see module docstring)."""
+    if not profiles:
+        raise InputError("predict: no machine profiles given")
+    src = resolve_burst_source(sig, burst_source)
+    notes: list[str] = []
+    for p in profiles:
+        lacking = needed_sections(p, sig, burst_source=src, ranks_per_node=ranks_per_node)
+        if lacking:
+            raise MissingSectionError(f"machine '{p.name}'", lacking[0], needed_by=f"predict {sig.name}")
+    rpns = [ranks_per_node_for(p, ranks_per_node) for p in profiles]
+    n = sig.n_ranks
+    ev = sig.events
+    if src == "memory":
+        bursts_all, diag = memory_burst_times(sig, profiles, [min(r, n) for r in rpns])
+        if diag["n_untraced_ranks"]:
+            notes.append(f"{diag['n_untraced_ranks']} rank(s) without a memory trace take the bursts of a traced rank")
+        if diag["n_events_without_burst"]:
+            notes.append(f"{diag['n_events_without_burst']} event(s) have no memory burst: no compute before them")
+        if diag["n_borrowed_hist"]:
+            notes.append(f"{diag['n_borrowed_hist']} burst(s) had an empty sampled histogram and use their rank's")
+        for p, cn in zip(profiles, diag["coeff_notes"]):
+            notes += [f"{p.name}: {x}" for x in cn]
+    else:
+        measured = ev["burst_s"].to_numpy(np.float64)
+        bursts_all = np.broadcast_to(measured, (len(profiles), len(ev)))
+        notes.append("burst times measured on the traced machine: honest only for that machine")
+    app = str(sig.header.parameters.get("app", sig.name))
+    rows, per_rank, crit, tl = [], [], [], []
+    ranks_col = ev["rank"].to_numpy()
+    seq_col = ev["seq"].to_numpy()
+    op_col = ev["op"].to_numpy()
+    for k, p in enumerate(profiles):
+        rpn = rpns[k]
+        placement = (np.arange(n) // rpn).astype(np.int32)
+        n_nodes = int(placement.max()) + 1
+        if n_nodes > p.n_nodes:
+            notes.append(f"{p.name}: {n_nodes} nodes needed at {rpn} ranks per node, the profile has {p.n_nodes}")
+        if src == "memory" and p.overlap is not None and (app in p.overlap.calibrated_on
+                                                          or sig.name in p.overlap.calibrated_on):
+            notes.append(f"{p.name}: overlap model calibrated on '{app}' itself: not an independent prediction")
+        burst = np.ascontiguousarray(bursts_all[k])
+        r = _replay(sig, burst, placement, p, contention=contention, timeline=timeline)
+        notes += [f"{p.name}: {x}" for x in r.notes]
+        crit_rank = int(np.argmax(r.finish_s))
+        rows.append(dict(machine=p.name, signature=sig.name, n_ranks=n, ranks_per_node=rpn, n_nodes=n_nodes,
+                         burst_source=src, independent=(src == "memory"), total_s=float(r.finish_s.max()),
+                         compute_s=float(r.compute_s.mean()), comm_s=float(r.comm_s.mean()),
+                         wait_s=float(r.wait_s.mean()), critical_rank=crit_rank))
+        per_rank.append(pd.DataFrame(dict(machine=p.name, rank=np.arange(n), node=placement, finish_s=r.finish_s,
+                                          compute_s=r.compute_s, comm_s=r.comm_s, wait_s=r.wait_s)))
+        if r.critical_rows is not None and len(r.critical_rows):
+            cr = r.critical_rows
+            crit.append(pd.DataFrame(dict(
+                machine=p.name, step=np.arange(len(cr)), rank=ranks_col[cr], seq=seq_col[cr],
+                op=[op_name(o) for o in op_col[cr]],
+                start_s=r.start_s[cr] if r.start_s is not None else np.nan,
+                end_s=r.end_s[cr] if r.end_s is not None else np.nan)))
+        if timeline and r.start_s is not None:
+            tl.append(pd.DataFrame(dict(machine=p.name, rank=ranks_col, seq=seq_col,
+                                        op=[op_name(o) for o in op_col], burst_start_s=r.start_s - burst,
+                                        start_s=r.start_s, end_s=r.end_s)))
+    empty = lambda cols: pd.DataFrame({c: [] for c in cols})  # noqa: E731
+    return Prediction(
+        signature=sig.name,
+        summary=pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS)),
+        per_rank=pd.concat(per_rank, ignore_index=True)[list(PER_RANK_COLUMNS)],
+        critical_path=pd.concat(crit, ignore_index=True)[list(CRITICAL_COLUMNS)] if crit else empty(CRITICAL_COLUMNS),
+        timeline=pd.concat(tl, ignore_index=True)[list(TIMELINE_COLUMNS)] if tl else empty(TIMELINE_COLUMNS),
+        notes=tuple(dict.fromkeys(notes)))

@@ -1,0 +1,149 @@
+"""predict(): burst sources, placement, tables; the CLI's text, JSON, CSV, timeline and missing sections."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pmac.predict as pp
+from pmac.cli import main
+from pmac.convolve import burst_arrays, convolve, machine_coeffs
+from pmac.errors import MissingSectionError
+from pmac.profile import save_profile
+from pmac.signature import save_signature
+from synth import memory_tables, pingpong_signature, two_level_profile
+
+
+def fake_replay(sig, burst_s, placement, profile, *, contention, timeline):
+    """Trivial reference: every call costs L + bytes/B on its own rank, nobody waits."""
+    link = profile.network.intra_node
+    ev = sig.events
+    cost = np.where(ev["op"].isin([10, 14]), link.latency_s + (ev["send_bytes"] + ev["recv_bytes"]) / link.bandwidth_bytes_per_s, 0.0)
+    start = np.zeros(len(ev))
+    end = np.zeros(len(ev))
+    n = sig.n_ranks
+    fin, comp, comm = np.zeros(n), np.zeros(n), np.zeros(n)
+    for i, (r, b, c) in enumerate(zip(ev["rank"], burst_s, cost)):
+        start[i] = fin[r] + b
+        end[i] = start[i] + c
+        fin[r] = end[i]
+        comp[r] += b
+        comm[r] += c
+    crit_rank = int(np.argmax(fin))
+    return pp.ReplayOut(finish_s=fin, compute_s=comp, comm_s=comm, wait_s=np.zeros(n), start_s=start, end_s=end,
+                        critical_rows=np.flatnonzero(ev["rank"].to_numpy() == crit_rank))
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(pp, "_replay", fake_replay)
+
+
+def memory_for_pingpong(n_iter=3, ranks=(0, 1)):
+    bursts, hists = [], []
+    for r in ranks:
+        for s in range(1, 2 * n_iter + 2):
+            bursts.append(dict(rank=r, seq=s, load_bytes=80_000 * (r + 1), store_bytes=8000, fp_scalar=10_000 * s,
+                               flop=10_000.0 * s, branches=100))
+            hists.append(dict(rank=r, seq=s, access=0, counts={10: 500, 5000: 300, -1: 200}))
+            hists.append(dict(rank=r, seq=s, access=1, counts={-1: 100}))
+    return memory_tables(bursts, hists)
+
+
+def test_measured_bursts(fake):
+    sig = pingpong_signature(n_iter=3, msg_bytes=1000, burst_s=1e-3)
+    pred = pp.predict(sig, [two_level_profile()], burst_source="measured")
+    row = pred.summary.iloc[0]
+    # 7 bursts of 1 ms after INIT, 6 calls of 1 us + 1000 B / 1 GB/s each
+    assert row.total_s == pytest.approx(7e-3 + 6 * (1e-6 + 1e-6), rel=1e-12)
+    assert row.compute_s == pytest.approx(7e-3) and row.wait_s == 0.0
+    assert row.burst_source == "measured" and not row.independent
+    assert any("honest only" in n for n in pred.notes)
+    assert list(pred.per_rank["rank"]) == [0, 1] and list(pred.per_rank["node"]) == [0, 0]
+
+
+def test_memory_bursts_are_convolved(fake):
+    mem = memory_for_pingpong()
+    sig = pingpong_signature(memory=mem)
+    prof = two_level_profile(beta=0.25)
+    pred = pp.predict(sig, [prof])
+    assert pred.summary.iloc[0].burst_source == "memory" and pred.summary.iloc[0].independent
+    t = convolve(burst_arrays(mem), [machine_coeffs(prof, active_cores=2)]).time_s[0]
+    assert pred.per_rank["compute_s"].sum() == pytest.approx(t.sum(), rel=1e-12)
+    # both ranks on one node of 2 cores; with 1 rank per node the second rank is on node 1
+    pred1 = pp.predict(sig, [prof], ranks_per_node=1)
+    assert list(pred1.per_rank["node"]) == [0, 1] and pred1.summary.iloc[0].n_nodes == 2
+    assert any("2 nodes needed" in n for n in pred1.notes)
+
+
+def test_untraced_rank_borrows_traced_bursts(fake):
+    sig = pingpong_signature(memory=memory_for_pingpong(ranks=(0,)))
+    pred = pp.predict(sig, [two_level_profile()])
+    pr = pred.per_rank
+    assert pr.loc[pr["rank"] == 1, "compute_s"].iloc[0] == pytest.approx(pr.loc[pr["rank"] == 0, "compute_s"].iloc[0])
+    assert any("without a memory trace" in n for n in pred.notes)
+
+
+def test_more_bandwidth_never_slower(fake):
+    sig = pingpong_signature(memory=memory_for_pingpong())
+    profs = [two_level_profile(name="slow", beta=0.5), two_level_profile(name="fast", beta=0.5, mem_bw=40e9, l2_bw=90e9)]
+    s = pp.predict(sig, profs).summary.set_index("machine")
+    assert s.loc["fast", "total_s"] < s.loc["slow", "total_s"]
+
+
+def test_missing_sections_and_bad_source():
+    sig = pingpong_signature()
+    no_net = dataclasses.replace(two_level_profile(), network=None)
+    assert pp.needed_sections(no_net, sig) == ["network.intra_node"]
+    with pytest.raises(MissingSectionError, match="network.intra_node"):
+        pp.predict(sig, [no_net])
+    with pytest.raises(MissingSectionError, match="memory.bursts"):
+        pp.predict(sig, [two_level_profile()], burst_source="memory")
+
+
+@pytest.fixture
+def files(tmp_path):
+    save_signature(pingpong_signature(memory=memory_for_pingpong(), name="pp"), tmp_path / "sigs" / "pp")
+    save_profile(two_level_profile(name="a", beta=0.2), tmp_path / "a.yaml")
+    save_profile(two_level_profile(name="b", mem_bw=20e9), tmp_path / "b.yaml")
+    save_profile(dataclasses.replace(two_level_profile(name="nonet"), network=None), tmp_path / "nonet.yaml")
+    return tmp_path
+
+
+def test_cli_text_and_missing_listing(files, fake, capsys):
+    assert main(["predict", str(files / "sigs" / "pp"), str(files / "a.yaml"), str(files / "b.yaml"),
+                 str(files / "nonet.yaml"), "--per-rank", "--critical-path"]) == 0
+    out = capsys.readouterr().out
+    assert "signature pp" in out and "per rank on a" in out and "critical path on b" in out
+    assert "nonet for pp: lacks network.intra_node" in out
+
+
+def test_cli_json_csv_timeline(files, fake, capsys):
+    args = [str(files / "sigs" / "pp"), str(files / "a.yaml"), str(files / "b.yaml")]
+    assert main(["predict", *args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    s = doc["predictions"][0]["summary"]
+    assert [r["machine"] for r in s] == ["a", "b"] and s[0]["total_s"] > 0
+    assert len(doc["predictions"][0]["per_rank"]) == 4
+    assert main(["predict", *args, "--csv"]) == 0
+    import io
+
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert tuple(df.columns) == pp.SUMMARY_COLUMNS and len(df) == 2
+    assert df["total_s"].iloc[0] == pytest.approx(s[0]["total_s"], rel=1e-8)
+    assert main(["predict", *args, "--csv", "--per-rank"]) == 0
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert tuple(df.columns) == ("signature",) + pp.PER_RANK_COLUMNS
+    png = files / "t.png"
+    assert main(["predict", *args, "--timeline", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_errors(files, capsys):
+    assert main(["predict", str(files / "nothere.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["predict", str(files / "sigs" / "pp"), str(files / "nonet.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "no machine has the sections" in err
