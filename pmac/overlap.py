@@ -1,0 +1,130 @@
+"""Calibrating the overlap model of a machine (``t = max(m, c) + beta * min(m, c)``).
+
+``beta`` belongs to the machine, not to an application. It is fitted on bursts whose time was
+measured on that machine: the bursts of applications traced there (their memory signature
+convolved with the machine's profile gives ``m`` and ``c``, the MPI trace gives the measured
+time), and any probe kernel recorded as such a sample. Applications are weighted equally:
+
+    beta* = argmin_{0 <= beta <= 1}  sum_app ( sum_b t_b(beta) / sum_b measured_b - 1 )^2
+
+A prediction of application A must use a ``beta`` fitted without A (all its input sizes):
+:func:`calibrate` takes ``exclude``; :func:`leave_one_out` gives each application's own
+``beta``. The result is an :class:`pmac.profile.OverlapModel` (kind ``max_beta_min``) whose
+``calibrated_on`` lists the applications used; pmac.predict flags a prediction of an
+application the model was calibrated on.
+
+Pure probe kernels (a bandwidth sweep, a flop loop) have ``min(m, c)`` close to 0 and so carry
+no information on ``beta``; they can be passed as samples but do not move it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .convolve import burst_arrays, convolve, machine_coeffs
+from .errors import InputError, MissingSectionError
+from .profile import MachineProfile, OverlapModel
+from .signature import Signature
+
+KIND = "max_beta_min"
+SAMPLE_COLUMNS = ("app", "case", "rank", "seq", "memory_s", "compute_s", "measured_s")
+
+
+def app_of(sig: Signature) -> str:
+    """The application a signature belongs to (its ``app`` parameter, else its name)."""
+    return str(sig.header.parameters.get("app", sig.name))
+
+
+def samples_from_signature(sig: Signature, profile: MachineProfile, *, active_cores: int | None = None) -> pd.DataFrame:
+    """Per traced burst: convolved memory and compute time, and the measured burst time.
+
+    Only meaningful when ``sig`` was traced on the machine ``profile`` describes.
+    """
+    if not sig.memory or "bursts" not in sig.memory:
+        raise MissingSectionError(f"signature '{sig.name}'", "memory.bursts", path=sig.path, needed_by="overlap calibration")
+    if sig.header.burst_source != "measured":
+        raise InputError(f"signature '{sig.name}' has no measured burst times", path=sig.path)
+    if active_cores is None:
+        active_cores = min(sig.n_ranks, profile.node.n_cores if profile.node else 1)
+    ba = burst_arrays(sig.memory)
+    res = convolve(ba, [machine_coeffs(profile, active_cores=active_cores, beta=0.0)])
+    ev = sig.events[["rank", "seq", "burst_s"]]
+    df = pd.DataFrame({"rank": ba.rank.astype(np.int64), "seq": ba.seq, "memory_s": res.memory_s[0],
+                       "compute_s": res.compute_s[0]})
+    df = df.merge(ev.astype({"rank": np.int64}), on=["rank", "seq"], how="inner")
+    df = df.rename(columns={"burst_s": "measured_s"})
+    df.insert(0, "case", sig.name)
+    df.insert(0, "app", app_of(sig))
+    return df[list(SAMPLE_COLUMNS)]
+
+
+def _objective(beta: float, groups: list[tuple[np.ndarray, np.ndarray, float]]) -> float:
+    err = 0.0
+    for mx, mn, meas in groups:
+        err += ((mx.sum() + beta * mn.sum()) / meas - 1.0) ** 2
+    return err
+
+
+def fit_beta(samples: pd.DataFrame) -> tuple[float, float]:
+    """(beta, rms relative error of the per-application totals) minimising the objective.
+
+    The objective is a sum of quadratics in beta: solved in closed form, then clipped to [0, 1].
+    """
+    if len(samples) == 0:
+        raise InputError("overlap calibration: no samples")
+    groups = []
+    for _, g in samples.groupby("app", sort=True):
+        m = g["memory_s"].to_numpy()
+        c = g["compute_s"].to_numpy()
+        meas = float(g["measured_s"].sum())
+        if meas <= 0:
+            continue
+        groups.append((np.maximum(m, c), np.minimum(m, c), meas))
+    if not groups:
+        raise InputError("overlap calibration: no measured burst time in the samples")
+    # d/dbeta sum (a_i + beta b_i - 1)^2 = 0  with a_i = sum max / meas, b_i = sum min / meas
+    a = np.array([mx.sum() / meas for mx, _, meas in groups])
+    b = np.array([mn.sum() / meas for _, mn, meas in groups])
+    beta = float(np.sum(b * (1.0 - a)) / np.sum(b * b)) if np.sum(b * b) > 0 else 0.0
+    beta = min(max(beta, 0.0), 1.0)
+    rms = float(np.sqrt(_objective(beta, groups) / len(groups)))
+    return beta, rms
+
+
+def calibrate(samples: pd.DataFrame, *, exclude: Iterable[str] = ()) -> OverlapModel:
+    """Fit ``beta`` on every application of ``samples`` except ``exclude``."""
+    exclude = set(exclude)
+    use = samples[~samples["app"].isin(exclude)]
+    if len(use) == 0:
+        raise InputError(f"overlap calibration: no application left after excluding {', '.join(sorted(exclude))}")
+    beta, rms = fit_beta(use)
+    return OverlapModel(kind=KIND, params={"beta": beta, "rms_rel_err": rms},
+                        calibrated_on=tuple(sorted(use["app"].unique())))
+
+
+def leave_one_out(samples: pd.DataFrame) -> pd.DataFrame:
+    """Per application: beta fitted without it and its totals' relative error with that beta."""
+    rows = []
+    for app in sorted(samples["app"].unique()):
+        others = samples[samples["app"] != app]
+        if others["app"].nunique() == 0:
+            continue
+        beta, _ = fit_beta(others)
+        mine = samples[samples["app"] == app]
+        for case, g in mine.groupby("case", sort=True):
+            pred = float((np.maximum(g["memory_s"], g["compute_s"]) + beta * np.minimum(g["memory_s"], g["compute_s"])).sum())
+            meas = float(g["measured_s"].sum())
+            rows.append(dict(app=app, case=case, beta=beta, predicted_s=pred, measured_s=meas,
+                             error_pct=100.0 * (pred - meas) / meas if meas > 0 else np.nan))
+    return pd.DataFrame(rows, columns=["app", "case", "beta", "predicted_s", "measured_s", "error_pct"])
+
+
+def calibrate_profile(profile: MachineProfile, signatures: Sequence[Signature], *, exclude: Iterable[str] = ()
+                      ) -> tuple[OverlapModel, pd.DataFrame]:
+    """Samples from ``signatures`` (traced on this machine) and the fitted model."""
+    frames = [samples_from_signature(s, profile) for s in signatures]
+    samples = pd.concat(frames, ignore_index=True)
+    return calibrate(samples, exclude=exclude), samples

@@ -1,0 +1,53 @@
+"""Error tables of predictions against measurements (one function, shared by every validation).
+
+Input: a tidy DataFrame with one row per case and at least ``predicted_s`` and ``measured_s``
+(other columns, e.g. ``app``, ``size``, ``machine``, group the table). Errors are signed and
+relative to the measurement: ``error_pct = 100 * (predicted - measured) / measured``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import InputError
+
+ERROR_COLUMNS = ("group", "n_cases", "mean_abs_error_pct", "std_error_pct", "mean_signed_error_pct",
+                 "max_abs_error_pct", "within_15pct_frac")
+
+
+def case_errors(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with an ``error_pct`` column added (a copy)."""
+    for c in ("predicted_s", "measured_s"):
+        if c not in df.columns:
+            raise InputError(f"error table: column '{c}' missing (have {', '.join(map(str, df.columns))})")
+    meas = df["measured_s"].to_numpy(np.float64)
+    if np.any(~(meas > 0)):
+        raise InputError("error table: every measured_s must be positive")
+    out = df.copy()
+    out["error_pct"] = 100.0 * (df["predicted_s"].to_numpy(np.float64) - meas) / meas
+    return out
+
+
+def _summarise(name: str, e: np.ndarray) -> dict:
+    return dict(group=name, n_cases=int(len(e)), mean_abs_error_pct=float(np.mean(np.abs(e))),
+                std_error_pct=float(np.std(e, ddof=1)) if len(e) > 1 else 0.0,
+                mean_signed_error_pct=float(np.mean(e)), max_abs_error_pct=float(np.max(np.abs(e))),
+                within_15pct_frac=float(np.mean(np.abs(e) <= 15.0)))
+
+
+def error_table(df: pd.DataFrame, by: str | Sequence[str] | None = None) -> pd.DataFrame:
+    """Mean absolute, standard deviation and mean signed error (in %) per group, then 'all'.
+
+    ``std_error_pct`` is the sample standard deviation of the signed errors.
+    """
+    e = case_errors(df)
+    rows = []
+    if by is not None:
+        for key, g in e.groupby(by, sort=True):
+            name = "/".join(map(str, key)) if isinstance(key, tuple) else str(key)
+            rows.append(_summarise(name, g["error_pct"].to_numpy()))
+    rows.append(_summarise("all", e["error_pct"].to_numpy()))
+    return pd.DataFrame(rows, columns=list(ERROR_COLUMNS))

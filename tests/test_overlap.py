@@ -1,0 +1,68 @@
+"""Overlap calibration (closed-form beta, leave-one-application-out) and the shared error table."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pmac.errors import InputError
+from pmac.overlap import calibrate, fit_beta, leave_one_out, samples_from_signature
+from pmac.validate import error_table
+from synth import memory_tables, pingpong_signature, two_level_profile
+
+
+def synthetic_samples(betas):
+    rng = np.random.default_rng(3)
+    rows = []
+    for app, beta in betas.items():
+        for case in (f"{app}-s", f"{app}-l"):
+            m = rng.uniform(1e-4, 1e-3, 20)
+            c = rng.uniform(1e-4, 1e-3, 20)
+            for i in range(20):
+                rows.append(dict(app=app, case=case, rank=0, seq=i, memory_s=m[i], compute_s=c[i],
+                                 measured_s=max(m[i], c[i]) + beta * min(m[i], c[i])))
+    return pd.DataFrame(rows)
+
+
+def test_fit_recovers_beta():
+    s = synthetic_samples({"a": 0.3, "b": 0.3, "c": 0.3})
+    beta, rms = fit_beta(s)
+    assert beta == pytest.approx(0.3, abs=1e-12) and rms < 1e-12
+    m = calibrate(s, exclude=["b"])
+    assert m.kind == "max_beta_min" and m.calibrated_on == ("a", "c") and m.params["beta"] == pytest.approx(0.3)
+
+
+def test_leave_one_out_never_sees_the_app():
+    s = synthetic_samples({"a": 0.2, "b": 0.2, "odd": 0.9})
+    loo = leave_one_out(s).set_index("case")
+    assert loo.loc["odd-s", "beta"] == pytest.approx(0.2, abs=1e-12)   # fitted on a and b only
+    assert loo.loc["odd-s", "error_pct"] < -5                           # so it under-predicts odd
+    assert 0.2 < loo.loc["a-s", "beta"] < 0.9
+    with pytest.raises(InputError, match="no application left"):
+        calibrate(s, exclude=["a", "b", "odd"])
+
+
+def test_beta_clipped_to_unit_interval():
+    s = synthetic_samples({"a": 0.0, "b": 0.0})
+    s["measured_s"] *= 0.5          # faster than perfect overlap: beta would be negative
+    assert fit_beta(s)[0] == 0.0
+
+
+def test_samples_join_measured_bursts():
+    bursts = [dict(rank=r, seq=s, load_bytes=64000, fp_scalar=1000, flop=1000.0) for r in (0, 1) for s in range(1, 8)]
+    hists = [dict(rank=r, seq=s, access=0, counts={-1: 1000}) for r in (0, 1) for s in range(1, 8)]
+    sig = pingpong_signature(n_iter=3, burst_s=2e-3, memory=memory_tables(bursts, hists))
+    df = samples_from_signature(sig, two_level_profile())
+    assert len(df) == 14 and np.all(df["measured_s"] == 2e-3)
+    assert df["memory_s"].iloc[0] == pytest.approx(64000 / 10e9) and df["compute_s"].iloc[0] == pytest.approx(1e-6)
+
+
+def test_error_table_numbers():
+    df = pd.DataFrame(dict(app=["x", "x", "y"], measured_s=[1.0, 2.0, 4.0], predicted_s=[1.1, 1.6, 4.0]))
+    t = error_table(df, by="app").set_index("group")
+    assert t.loc["x", "mean_abs_error_pct"] == pytest.approx(15.0)
+    assert t.loc["x", "mean_signed_error_pct"] == pytest.approx(-5.0)
+    assert t.loc["x", "std_error_pct"] == pytest.approx(np.std([10.0, -20.0], ddof=1))
+    assert t.loc["all", "n_cases"] == 3 and t.loc["all", "within_15pct_frac"] == pytest.approx(2 / 3)
+    assert t.loc["all", "max_abs_error_pct"] == pytest.approx(20.0)
+    with pytest.raises(InputError, match="measured_s"):
+        error_table(pd.DataFrame(dict(predicted_s=[1.0])))
