@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EX = REPO / "examples"
-pytestmark = pytest.mark.requires("mpi")
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,7 @@ def run_example(n: int, argv: list[str], timeout: float = 60) -> dict:
     return out
 
 
+@pytest.mark.requires("mpi")
 def test_build_script_targets_x86_64_v3(built):
     for app in ("stencil2d", "stream_mpi", "nbody"):
         exe = built / app
@@ -54,6 +55,7 @@ def test_build_script_targets_x86_64_v3(built):
         assert "zmm" not in objdump.stdout
 
 
+@pytest.mark.requires("mpi")
 def test_stencil_independent_of_decomposition(built):
     outs = {n: run_example(n, [str(built / "stencil2d"), "24", "30"]) for n in (1, 2, 4)}
     assert outs[2]["dims"] == "2x1" and outs[4]["dims"] == "2x2"
@@ -74,6 +76,7 @@ def _jacobi_numpy(n: int, iters: int) -> float:
     return diff
 
 
+@pytest.mark.requires("mpi")
 def test_stream_matches_numpy(built):
     n, sweeps = 1000, 5
     for ranks in (1, 2):
@@ -91,11 +94,13 @@ def test_stream_matches_numpy(built):
         assert float(out["checksum"]) == pytest.approx(check, rel=1e-14)
 
 
+@pytest.mark.requires("mpi")
 def test_nbody_independent_of_rank_count(built):
     outs = [run_example(n, [str(built / "nbody"), "64", "3"]) for n in (1, 2)]
     assert float(outs[0]["checksum"]) == pytest.approx(float(outs[1]["checksum"]), rel=1e-13)
 
 
+@pytest.mark.requires("mpi")
 def test_cg_matches_numpy(built):
     n, iters = 200, 25
     outs = [run_example(r, [sys.executable, str(EX / "cg_mpi4py.py"), str(n), str(iters)], timeout=120)
@@ -120,54 +125,11 @@ def test_cg_matches_numpy(built):
 
 # ------------------------------------------------------------------ traced: exact counts
 
-def _dims(p: int) -> tuple[int, int]:
-    """MPI_Dims_create(p, 2) for the sizes used here."""
-    return {1: (1, 1), 2: (2, 1), 4: (2, 2)}[p]
-
-
-def expected_stencil(p: int, n: int, iters: int):
-    """Per rank: calls by op and the point-to-point byte matrix (hand-derived from stencil2d.c)."""
-    dy, dx = _dims(p)
-    calls, matrix = {}, np.zeros((p, p), dtype=np.int64)
-    for r in range(p):
-        py, px = divmod(r, dx)
-        ny = n * (py + 1) // dy - n * py // dy
-        nx = n * (px + 1) // dx - n * px // dx
-        nbrs = []
-        if py > 0:
-            nbrs.append((r - dx, nx))
-        if py < dy - 1:
-            nbrs.append((r + dx, nx))
-        if px > 0:
-            nbrs.append((r - 1, ny))
-        if px < dx - 1:
-            nbrs.append((r + 1, ny))
-        calls[r] = {"INIT": 1, "BARRIER": 1, "IRECV": len(nbrs) * iters, "ISEND": len(nbrs) * iters,
-                    "WAITALL": iters, "ALLREDUCE": iters, "REDUCE": 1, "FINALIZE": 1}
-        for peer, count in nbrs:
-            matrix[r, peer] += 8 * count * iters
-    return calls, matrix
-
-
-def expected_stream(p: int, sweeps: int):
-    return {r: {"INIT": 1, "BARRIER": 1, "ALLREDUCE": sweeps, "REDUCE": 1, "FINALIZE": 1} for r in range(p)}, \
-        np.zeros((p, p), dtype=np.int64)
-
-
-def expected_nbody(p: int, steps: int):
-    return {r: {"INIT": 1, "BARRIER": 1, "ALLGATHER": steps, "REDUCE": 1, "FINALIZE": 1} for r in range(p)}, \
-        np.zeros((p, p), dtype=np.int64)
-
-
-def expected_cg(p: int, iters: int):
-    calls, matrix = {}, np.zeros((p, p), dtype=np.int64)
-    for r in range(p):
-        nbrs = [q for q in (r - 1, r + 1) if 0 <= q < p]
-        calls[r] = {"INIT": 1, "BARRIER": 1, "ALLREDUCE": 1 + 2 * iters, "SENDRECV": len(nbrs) * iters,
-                    "REDUCE": 1, "FINALIZE": 1}
-        for q in nbrs:
-            matrix[r, q] += 8 * iters
-    return calls, matrix
+CASES = runpy.run_path(str(EX / "cases.py"))
+expected_stencil = CASES["expected_stencil"]
+expected_stream = CASES["expected_stream"]
+expected_nbody = CASES["expected_nbody"]
+expected_cg = CASES["expected_cg"]
 
 
 def test_expected_counts_by_hand():
@@ -237,6 +199,7 @@ def _check(sig, calls, matrix, coll=None):
     assert recv_m.tolist() == matrix.tolist()
 
 
+@pytest.mark.requires("mpi")
 @pytest.mark.parametrize("p", [1, 2, 4])
 def test_traced_call_counts_and_bytes(built, tmp_path, p):
     if not _tracer_available():
@@ -249,3 +212,31 @@ def test_traced_call_counts_and_bytes(built, tmp_path, p):
         sig = _trace(tmp_path, name, p, argv)
         assert sig.n_ranks == p and sig.header.source_format == "pmpi"
         _check(sig, calls, matrix, collective_bytes(calls, p, ag))
+
+
+# ------------------------------------------------------------------ shipped signatures
+
+SIGS = REPO / "signatures"
+
+
+def test_shipped_signatures_are_the_cases():
+    shipped = sorted(d.name for d in SIGS.iterdir() if d.is_dir() and not d.name.startswith("."))
+    assert shipped == sorted(c["name"] for c in CASES["CASES"])
+
+
+@pytest.mark.parametrize("case", CASES["CASES"], ids=lambda c: c["name"])
+def test_shipped_signature_matches_the_program(case):
+    """Each shipped trace has exactly the calls and bytes its program makes at 2 ranks."""
+    from pmac.signature import load_signature
+
+    sig = load_signature(SIGS / case["name"])
+    h = sig.header
+    assert (h.name, h.n_ranks, h.source_format) == (case["name"], 2, "pmpi")
+    assert h.parameters == {**case["params"], "app": case["app"]}
+    calls, matrix = CASES["expected_calls"](case, 2)
+    ag = 3 * case["params"]["N"] // 2 if case["app"] == "nbody" else 0
+    _check(sig, calls, matrix, collective_bytes(calls, 2, ag))
+    ev = sig.events
+    assert (ev["burst_s"] >= 0).all() and (ev["t_end_s"] >= ev["t_start_s"]).all()
+    for _, g in ev.groupby("rank"):
+        assert g["seq"].tolist() == list(range(len(g)))
