@@ -54,8 +54,67 @@ def _otf2_run(args) -> int:
     return _save_sig(read_otf2(args.archive), args)
 
 
+def _profile_out_args(p):
+    p.add_argument("--name", required=True, help="machine name")
+    p.add_argument("-o", "--output", metavar="machines/NAME.yaml", help="profile to write (default machines/NAME.yaml)")
+
+
+def _save_profile(prof, args) -> int:
+    from ..profile import save_profile
+
+    out = Path(args.output or f"machines/{args.name}.yaml")
+    save_profile(prof, out)
+    lacks = prof.provenance.get("lacks", [])
+    print(f"wrote {out}" + (f"; lacks: {'; '.join(lacks)}" if lacks else ""))
+    return 0
+
+
+def _kerncraft_args(p):
+    p.add_argument("file", help="kerncraft machine file (.yml)")
+    _profile_out_args(p)
+
+
+def _kerncraft_run(args) -> int:
+    from ..importers import import_kerncraft
+
+    return _save_profile(import_kerncraft(args.file, name=args.name), args)
+
+
+def _stream_args(p):
+    p.add_argument("file", help="text output of a STREAM run")
+    p.add_argument("--cpu-model", default="unknown", help="CPU model to record")
+    p.add_argument("--cores", type=int, default=None, help="cores of the node (default: STREAM's thread count)")
+    _profile_out_args(p)
+
+
+def _stream_run(args) -> int:
+    from ..importers import import_stream
+
+    return _save_profile(import_stream(args.file, name=args.name, cpu_model=args.cpu_model,
+                                       n_cores=args.cores), args)
+
+
+def _osu_args(p):
+    p.add_argument("latency_file", metavar="LATFILE", help="osu_latency output")
+    p.add_argument("bandwidth_file", metavar="BWFILE", nargs="?", help="osu_bw output (optional)")
+    p.add_argument("--placement", choices=("inter_node", "intra_node"), default="inter_node",
+                   help="where the two ranks ran (default inter_node)")
+    p.add_argument("--mpi-library", default="", help="MPI library and version to record")
+    _profile_out_args(p)
+
+
+def _osu_run(args) -> int:
+    from ..importers import import_osu
+
+    return _save_profile(import_osu(args.latency_file, args.bandwidth_file, name=args.name,
+                                    placement=args.placement, mpi_library=args.mpi_library), args)
+
+
 #: format name -> (help, add_arguments, run)
 FORMATS = {
+    "kerncraft": ("kerncraft machine file -> machine profile (node only)", _kerncraft_args, _kerncraft_run),
+    "stream": ("STREAM output -> machine profile (memory bandwidth only)", _stream_args, _stream_run),
+    "osu": ("osu_latency [+ osu_bw] output -> machine profile (one network link)", _osu_args, _osu_run),
     "simgrid": ("SimGrid time-independent MPI traces (smpirun -replay input) -> signature", _simgrid_args,
                 _simgrid_run),
     "otf2": ("OTF2 archive (Score-P, ...) -> signature", _otf2_args, _otf2_run),

@@ -1,0 +1,85 @@
+"""pmac show on machine profiles: readable text and a plot."""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pmac.cli import main
+from pmac.fit_network import fit_link
+from pmac.profile import (BandwidthCurve, CacheLevel, CollectiveCost, ComputeModel, LatencyCurve,
+                          MachineProfile, MemoryLevel, NetworkModel, NodeModel, load_profile, save_profile)
+from pmac.report_profile import format_profile, plot_profile
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def full_profile() -> MachineProfile:
+    ws = tuple(float(2**k) for k in range(12, 28))
+    bw = tuple(100e9 if w <= 32768 else (50e9 if w <= 1 << 20 else 10e9) for w in ws)
+    m = np.array([0] + [2**k for k in range(25)], dtype=float)
+    t = np.where(m < 65536, 1e-6 + m / 4e9, 6e-6 + m / 10e9)
+    node = NodeModel(
+        cpu_model="Test CPU", n_cores=8,
+        caches=(CacheLevel(name="L1", size_bytes=32768, latency_s=1.2e-9,
+                           bandwidth_1core_bytes_per_s={"load_unit": 100e9}, source="measured+os"),
+                CacheLevel(name="L2", size_bytes=1 << 20, ways=16, shared_by_cores=2,
+                           bandwidth_1core_bytes_per_s={"load_unit": 50e9})),
+        memory=MemoryLevel(latency_s=90e-9, bandwidth_1core_bytes_per_s={"load_unit": 10e9, "copy": 8e9},
+                           bandwidth_allcores_bytes_per_s={"load_unit": 40e9}),
+        compute=ComputeModel(isa="x86-64-v4", flop_per_s_scalar=4e9, flop_per_s_simd=32e9, simd_width_bits=512,
+                             clock_hz=3e9, dependency_distance=(1.0, 4.0), dependency_flop_per_s=(1e9, 4e9)),
+        bandwidth_curves=(BandwidthCurve(access="load_unit", n_cores=1, working_set_bytes=ws,
+                                         bandwidth_bytes_per_s=bw),),
+        latency_curve=LatencyCurve(working_set_bytes=ws[:3], latency_s=(1.2e-9, 1.3e-9, 4e-9)))
+    link = fit_link(m, t, send_overhead_s=0.2e-6, recv_overhead_s=0.3e-6, streaming_bandwidth_bytes_per_s=11e9)
+    net = NetworkModel(intra_node=link, mpi_library="MPICH Version: 5.0.2",
+                       collectives=(CollectiveCost(op="allreduce", msg_bytes=8, n_ranks=2, time_s=2e-6),
+                                    CollectiveCost(op="allreduce", msg_bytes=1024, n_ranks=2, time_s=3e-6)))
+    return MachineProfile(name="testbox", node=node, network=net)
+
+
+def test_format_profile_reads_well():
+    text = format_profile(full_profile())
+    for expected in ("machine testbox", "node: Test CPU, 8 cores",
+                     "L1: 32 KiB, line 64 B, 8-way, shared by 1 core(s), latency 1.2 ns [measured+os]",
+                     "1 core: load_unit 100 GB/s", "L2: 1 MiB, line 64 B, 16-way, shared by 2 core(s)",
+                     "memory, latency 90 ns", "all cores: load_unit 40 GB/s",
+                     "compute (x86-64-v4, 512-bit SIMD, clock 3 GHz): scalar 4 Gflop/s, SIMD 32 Gflop/s",
+                     "network (MPICH Version: 5.0.2):", "eager threshold 64 KiB",
+                     "send overhead 200 ns, recv overhead 300 ns, streaming 11 GB/s",
+                     "bytes / 10 GB/s", "allreduce    2 ranks intra_node: 8 B 2 us, 1 KiB 3 us",
+                     "missing: network.inter_node"):
+        assert expected in text, f"{expected!r} not in\n{text}"
+
+
+def test_plot_profile_writes_png(tmp_path):
+    out = tmp_path / "p.png"
+    plot_profile(full_profile(), out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20000
+    bare = dataclasses.replace(full_profile(), node=None, network=None)
+    plot_profile(bare, tmp_path / "bare.png")
+    assert (tmp_path / "bare.png").exists()
+
+
+def test_pmac_show_cli(tmp_path, capsys):
+    path = tmp_path / "testbox.yaml"
+    save_profile(full_profile(), path)
+    assert load_profile(path) == full_profile()
+    png = tmp_path / "t.png"
+    assert main(["show", str(path), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "machine testbox" in out and f"wrote {png}" in out and png.exists()
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "machines").glob("*.yaml")), ids=lambda p: p.name)
+def test_pmac_show_on_shipped_profiles(path, capsys):
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"machine {load_profile(path).name}")
+
+
+def test_pmac_show_missing_file(capsys):
+    assert main(["show", "no/such.yaml"]) == 2
+    assert "no/such.yaml: no such file" in capsys.readouterr().err
