@@ -1,0 +1,617 @@
+/* pmac_vg: a small valgrind tool that records a program's machine-independent memory signature.
+ *
+ * While instrumenting, each superblock is cut into segments (at every side exit and wherever the
+ * function changes); a segment's static counts (instructions, loads, stores, bytes, FP
+ * instructions by width, flop, def-use distances of FP instructions) are added at run time by ONE
+ * helper call per segment, to the current burst and to the segment's function. The helper also
+ * gets the outcome of the conditional branch that ends the segment and runs a last-outcome
+ * predictor for that branch site.
+ *
+ * Bursts: the pmac PMPI shim issues client requests VG_USERREQ_TOOL_BASE('P','M') + 0 (arg1 =
+ * seq) at the entry of each MPI call and + 1 at its exit. Code between the exit of call k-1 and
+ * the entry of call k is burst seq=k; the first burst (before MPI_Init) is seq 0, the last one
+ * after the last call gets last+1. Code inside MPI calls is counted apart (header block).
+ *
+ * Reuse distance: every load and store is tested inline (in IR, no call) against a SHARDS-style
+ * spatial sample: line = addr >> 8 (256-byte blocks, so the sample is consistent for every line
+ * size from 32 to 256 bytes), h = top 24 bits of line * 0x9E3779B97F4A7C15; the access is kept
+ * when h < threshold (rate R = threshold / 2^24). Kept accesses go to <out>.acc as 8-byte words
+ * ((addr >> 5) << 1 | is_store); a word with the top bit set starts burst number (word & ~top).
+ * Stack distances are computed from that stream by pmac.reuse (numba), scaled by 1/R.
+ *
+ * Files (little-endian), written with no address text:
+ *   <out>      header 64 B: "PMACVGS1", u32 version=1, u32 n_counters, u32 hash_bits,
+ *              u32 threshold, i32 pid, u32 flags, i64 n_bursts, i64 n_functions, i64 n_acc_words,
+ *              8 B pad; then the counters of code inside MPI calls (n_counters x u64);
+ *              n_bursts x (i64 seq, n_counters x u64); n_functions x (char name[64],
+ *              char object[64], n_counters x u64); trailer "PMACEND1".
+ *   <out>.acc  16 B header "PMACVGA1", u32 hash_bits, u32 threshold; then the sampled words.
+ * Counters: see the C_* enum (instructions .. sampled).
+ *
+ * Def-use distance: for each FP instruction, the distance in instructions to the nearest earlier
+ * instruction of the same superblock that wrote one of the vector registers it reads; when none
+ * and the superblock jumps back to its own start (a loop), the distance around the loop; else
+ * DEP_CAP (independent). Weighted by execution count (sum and count kept per segment).
+ *
+ * Options: --pmac-out=<file> (%p expands to the pid), --pmac-sample-threshold=<0..2^24>.
+ */
+#include "pub_tool_basics.h"
+#include "pub_tool_tooliface.h"
+#include "pub_tool_libcassert.h"
+#include "pub_tool_libcbase.h"
+#include "pub_tool_libcfile.h"
+#include "pub_tool_libcprint.h"
+#include "pub_tool_libcproc.h"
+#include "pub_tool_mallocfree.h"
+#include "pub_tool_machine.h"
+#include "pub_tool_options.h"
+#include "pub_tool_debuginfo.h"
+#include "pub_tool_vki.h"
+#include "pub_tool_clientstate.h"
+#include "libvex_guest_amd64.h"
+#include "valgrind.h"
+
+enum {
+    C_INSTR, C_LOADS, C_STORES, C_LOAD_BYTES, C_STORE_BYTES, C_FP_SCALAR, C_FP_128, C_FP_256, C_FP_512,
+    C_FLOP, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_SAMPLED, NC
+};
+#define HASH_BITS 24
+#define DEP_CAP 32
+#define NAME_LEN 64
+#define ACC_BUF (1 << 16)
+#define MAX_INSNS 512
+
+typedef struct { ULong v[NC]; } Counters;
+
+typedef struct Fn {
+    struct Fn *next;
+    HChar name[NAME_LEN];
+    HChar obj[NAME_LEN];
+    Counters c;
+} Fn;
+
+typedef struct {
+    ULong v[NC];
+    Counters *fn;
+    UWord last;     /* last outcome of the branch ending this segment */
+} Seg;
+
+typedef struct { Long seq; Counters c; } Burst;
+
+static const HChar *clo_out = "pmac-vg.%p";
+static ULong clo_threshold = 1u << 20; /* R = 1/16 */
+
+static Counters mpi_c;
+static Counters *cur;
+static Burst *bursts;
+static Long n_bursts, cap_bursts;
+static Int mpi_depth;
+static UInt in_mpi;
+static Fn *fn_tab[4096];
+static Long n_fns;
+static ULong acc_buf[ACC_BUF];
+static Int acc_n;
+static Long acc_total;
+static Int acc_fd = -1;
+static HChar *out_path;
+static UInt flags;
+
+/* ---- run-time helpers ------------------------------------------------------------------ */
+
+static void acc_flush(void) {
+    if (acc_n && acc_fd >= 0) VG_(write)(acc_fd, acc_buf, acc_n * sizeof(ULong));
+    acc_n = 0;
+}
+
+static inline void acc_push(ULong w) {
+    if (acc_n == ACC_BUF) acc_flush();
+    acc_buf[acc_n++] = w;
+    acc_total++;
+}
+
+static VG_REGPARM(2) void seg_exec(Seg *s, UWord outcome) {
+    ULong *b = cur->v, *f = s->fn->v, *v = s->v;
+    for (Int k = 0; k < C_BRANCHES; k++) { b[k] += v[k]; f[k] += v[k]; }
+    b[C_DEP_SUM] += v[C_DEP_SUM]; f[C_DEP_SUM] += v[C_DEP_SUM];
+    b[C_DEP_N] += v[C_DEP_N]; f[C_DEP_N] += v[C_DEP_N];
+    if (outcome < 2) {
+        b[C_BRANCHES]++; f[C_BRANCHES]++;
+        if (outcome != s->last) { b[C_BRANCH_MISS]++; f[C_BRANCH_MISS]++; s->last = outcome; }
+    }
+}
+
+static VG_REGPARM(2) void acc_sample(Addr a, UWord is_store) {
+    if (in_mpi) return;
+    cur->v[C_SAMPLED]++;
+    acc_push(((ULong)(a >> 5) << 1) | (is_store & 1));
+}
+
+static void new_burst(Long seq) {
+    if (n_bursts == cap_bursts) {
+        cap_bursts = cap_bursts ? 2 * cap_bursts : 1024;
+        bursts = VG_(realloc)("pmac.bursts", bursts, cap_bursts * sizeof(Burst));
+    }
+    VG_(memset)(&bursts[n_bursts], 0, sizeof(Burst));
+    bursts[n_bursts].seq = seq;
+    cur = &bursts[n_bursts].c;
+    acc_push((1ULL << 63) | (ULong)n_bursts);
+    n_bursts++;
+}
+
+static Bool pm_client_request(ThreadId tid, UWord *arg, UWord *ret) {
+    if (!VG_IS_TOOL_USERREQ('P', 'M', arg[0])) return False;
+    UWord req = arg[0] - VG_USERREQ_TOOL_BASE('P', 'M');
+    if (req == 0) {           /* entry of MPI call arg[1] */
+        if (mpi_depth++ == 0) {
+            bursts[n_bursts - 1].seq = (Long)arg[1];
+            cur = &mpi_c;
+            in_mpi = 1;
+        }
+    } else if (req == 1) {    /* exit of MPI call arg[1] */
+        if (mpi_depth > 0 && --mpi_depth == 0) {
+            in_mpi = 0;
+            new_burst((Long)arg[1] + 1);
+        }
+    } else {
+        return False;
+    }
+    *ret = 0;
+    return True;
+}
+
+/* ---- functions ----------------------------------------------------------------------- */
+
+static Counters *fn_counters(Addr a) {
+    const HChar *name = NULL, *obj = NULL;
+    DiEpoch ep = VG_(current_DiEpoch)();
+    HChar nbuf[NAME_LEN], obuf[NAME_LEN];
+    if (!VG_(get_fnname)(ep, a, &name) || !name || !*name) {
+        /* no symbol (e.g. JIT code): name it by its 4 KiB page */
+        VG_(snprintf)(nbuf, sizeof nbuf, "?0x%lx", (unsigned long)(a & ~(Addr)0xfff));
+        name = nbuf;
+    }
+    if (VG_(get_objname)(ep, a, &obj) && obj) {
+        const HChar *base = VG_(strrchr)(obj, '/');
+        obj = base ? base + 1 : obj;
+    } else {
+        obj = "";
+    }
+    VG_(strncpy)(obuf, obj, NAME_LEN - 1);
+    obuf[NAME_LEN - 1] = 0;
+    UInt h = 5381;
+    for (const HChar *p = name; *p && p - name < NAME_LEN - 1; p++) h = h * 33 + (UChar)*p;
+    for (const HChar *p = obuf; *p; p++) h = h * 33 + (UChar)*p;
+    h &= 4095;
+    for (Fn *f = fn_tab[h]; f; f = f->next)
+        if (VG_(strncmp)(f->name, name, NAME_LEN - 1) == 0 && VG_(strcmp)(f->obj, obuf) == 0) return &f->c;
+    Fn *f = VG_(calloc)("pmac.fn", 1, sizeof(Fn));
+    VG_(strncpy)(f->name, name, NAME_LEN - 1);
+    VG_(strcpy)(f->obj, obuf);
+    f->next = fn_tab[h];
+    fn_tab[h] = f;
+    n_fns++;
+    return &f->c;
+}
+
+/* ---- instrumentation ----------------------------------------------------------------- */
+
+typedef struct { Int lanes, bits, flop_per_lane, fma; } FpOp;
+
+static Bool fp_op(IROp op, FpOp *o) {
+    o->fma = 0;
+    o->flop_per_lane = 1;
+    switch (op) {
+    case Iop_AddF64: case Iop_SubF64: case Iop_MulF64: case Iop_DivF64: case Iop_SqrtF64:
+    case Iop_AddF64r32: case Iop_SubF64r32: case Iop_MulF64r32: case Iop_DivF64r32:
+    case Iop_Add64F0x2: case Iop_Sub64F0x2: case Iop_Mul64F0x2: case Iop_Div64F0x2: case Iop_Sqrt64F0x2:
+        o->lanes = 1; o->bits = 64; return True;
+    case Iop_AddF32: case Iop_SubF32: case Iop_MulF32: case Iop_DivF32: case Iop_SqrtF32:
+    case Iop_Add32F0x4: case Iop_Sub32F0x4: case Iop_Mul32F0x4: case Iop_Div32F0x4: case Iop_Sqrt32F0x4:
+        o->lanes = 1; o->bits = 32; return True;
+    case Iop_MAddF64: case Iop_MSubF64: case Iop_MAddF64r32: case Iop_MSubF64r32:
+        o->lanes = 1; o->bits = 64; o->flop_per_lane = 2; o->fma = 1; return True;
+    case Iop_MAddF32: case Iop_MSubF32:
+        o->lanes = 1; o->bits = 32; o->flop_per_lane = 2; o->fma = 1; return True;
+    case Iop_Add64Fx2: case Iop_Sub64Fx2: case Iop_Mul64Fx2: case Iop_Div64Fx2: case Iop_Sqrt64Fx2:
+        o->lanes = 2; o->bits = 64; return True;
+    case Iop_Add32Fx4: case Iop_Sub32Fx4: case Iop_Mul32Fx4: case Iop_Div32Fx4: case Iop_Sqrt32Fx4:
+        o->lanes = 4; o->bits = 32; return True;
+    case Iop_Add64Fx4: case Iop_Sub64Fx4: case Iop_Mul64Fx4: case Iop_Div64Fx4: case Iop_Sqrt64Fx4:
+        o->lanes = 4; o->bits = 64; return True;
+    case Iop_Add32Fx8: case Iop_Sub32Fx8: case Iop_Mul32Fx8: case Iop_Div32Fx8: case Iop_Sqrt32Fx8:
+        o->lanes = 8; o->bits = 32; return True;
+    default:
+        return False;
+    }
+}
+
+typedef struct {
+    Int flop;        /* floating-point operations of the instruction */
+    Int width;       /* 0 none, 1 scalar, 2 128-bit, 3 256-bit, 4 512-bit */
+    Int dep;         /* def-use distance (FP instructions) */
+} InsnInfo;
+
+#define YMM_LO ((Int)__builtin_offsetof(VexGuestAMD64State, guest_YMM0))
+#define YMM_HI ((Int)__builtin_offsetof(VexGuestAMD64State, guest_YMM16))
+#define ORIGIN_NONE (-1)   /* memory, constant: no register producer */
+#define MAX_ARGS 4
+
+static Int ymm_reg(Int off) { return (off >= YMM_LO && off < YMM_HI) ? (off - YMM_LO) / 32 : -1; }
+
+static IROp expr_op(IRExpr *e, IRExpr **args, Int *n) {
+    *n = 0;
+    switch (e->tag) {
+    case Iex_Unop: args[(*n)++] = e->Iex.Unop.arg; return e->Iex.Unop.op;
+    case Iex_Binop: args[(*n)++] = e->Iex.Binop.arg1; args[(*n)++] = e->Iex.Binop.arg2; return e->Iex.Binop.op;
+    case Iex_Triop: args[(*n)++] = e->Iex.Triop.details->arg1; args[(*n)++] = e->Iex.Triop.details->arg2;
+        args[(*n)++] = e->Iex.Triop.details->arg3; return e->Iex.Triop.details->op;
+    case Iex_Qop: args[(*n)++] = e->Iex.Qop.details->arg1; args[(*n)++] = e->Iex.Qop.details->arg2;
+        args[(*n)++] = e->Iex.Qop.details->arg3; args[(*n)++] = e->Iex.Qop.details->arg4; return e->Iex.Qop.details->op;
+    case Iex_ITE: args[(*n)++] = e->Iex.ITE.cond; args[(*n)++] = e->Iex.ITE.iftrue; args[(*n)++] = e->Iex.ITE.iffalse;
+        return Iop_INVALID;
+    default: return Iop_INVALID;
+    }
+}
+
+typedef struct {
+    Int n_insn;
+    Bool loop;
+    Int *origin;       /* per temp: producing instruction, ORIGIN_NONE, or -(reg+2) for a vector Get */
+    Int (*args)[MAX_ARGS];
+    Int put_origin[16]; /* producer of the last value Put to each vector register, -1 none */
+} Flow;
+
+/* distance from instruction k back to the nearest producer of temp t (DEP_CAP when none) */
+static Int resolve(Flow *fl, Int t, Int k, Int depth) {
+    Int o = fl->origin[t];
+    if (o >= 0 && o < k) return k - o;
+    Int best = DEP_CAP;
+    if (o == k && depth < 8) {
+        for (Int a = 0; a < MAX_ARGS; a++) {
+            if (fl->args[t][a] < 0) continue;
+            Int d = resolve(fl, fl->args[t][a], k, depth + 1);
+            if (d < best) best = d;
+        }
+    } else if (o <= -2 && fl->loop) {
+        Int j = fl->put_origin[-o - 2];
+        if (j >= 0) {
+            Int d = fl->n_insn - j + k;
+            if (d < best) best = d;
+        }
+    }
+    return best;
+}
+
+static void analyse(IRSB *sb, InsnInfo *info, Int n_insn) {
+    Int nt = sb->tyenv->types_used;
+    Flow fl;
+    fl.n_insn = n_insn;
+    fl.loop = False;
+    fl.origin = VG_(malloc)("pmac.flow", (nt + 1) * sizeof(Int));
+    fl.args = VG_(malloc)("pmac.flow", (nt + 1) * sizeof(Int[MAX_ARGS]));
+    for (Int t = 0; t < nt; t++) { fl.origin[t] = ORIGIN_NONE; for (Int a = 0; a < MAX_ARGS; a++) fl.args[t][a] = -1; }
+    for (Int r = 0; r < 16; r++) fl.put_origin[r] = -1;
+    Int *fp_tmp = VG_(malloc)("pmac.flow", (nt + 1) * sizeof(Int));
+    Int *fp_insn = VG_(malloc)("pmac.flow", (nt + 1) * sizeof(Int));
+    Int n_fp = 0;
+
+    /* pass 1: temps' producers, FP ops per instruction, vector registers written */
+    Int i = -1, vbits = 0, fmabits = 0, any = 0;
+    for (Int s = 0; s < sb->stmts_used; s++) {
+        IRStmt *st = sb->stmts[s];
+        if (st->tag == Ist_IMark) {
+            if (i >= 0 && any) {
+                Int b = vbits > fmabits ? vbits : fmabits;
+                info[i].width = b <= 64 ? 1 : b <= 128 ? 2 : b <= 256 ? 3 : 4;
+            }
+            if (i + 1 >= n_insn) break;
+            i++;
+            vbits = fmabits = any = 0;
+            continue;
+        }
+        if (i < 0) continue;
+        if (st->tag == Ist_WrTmp) {
+            IRTemp t = st->Ist.WrTmp.tmp;
+            IRExpr *e = st->Ist.WrTmp.data;
+            if (e->tag == Iex_Get) {
+                Int r = ymm_reg(e->Iex.Get.offset);
+                /* written earlier in this block: its producer; else the value at block entry */
+                fl.origin[t] = r < 0 ? ORIGIN_NONE : fl.put_origin[r] >= 0 ? fl.put_origin[r] : -(r + 2);
+            } else if (e->tag == Iex_RdTmp) {
+                fl.origin[t] = fl.origin[e->Iex.RdTmp.tmp];
+                for (Int a = 0; a < MAX_ARGS; a++) fl.args[t][a] = fl.args[e->Iex.RdTmp.tmp][a];
+            } else if (e->tag == Iex_Load || e->tag == Iex_Const) {
+                fl.origin[t] = ORIGIN_NONE;
+            } else {
+                IRExpr *args[MAX_ARGS];
+                Int na;
+                IROp op = expr_op(e, args, &na);
+                fl.origin[t] = i;
+                for (Int a = 0; a < na; a++) if (args[a]->tag == Iex_RdTmp) fl.args[t][a] = args[a]->Iex.RdTmp.tmp;
+                FpOp o;
+                if (op != Iop_INVALID && fp_op(op, &o)) {
+                    any = 1;
+                    info[i].flop += o.lanes * o.flop_per_lane;
+                    if (o.fma) fmabits += o.bits; else if (o.lanes * o.bits > vbits) vbits = o.lanes * o.bits;
+                    fp_tmp[n_fp] = t;
+                    fp_insn[n_fp++] = i;
+                }
+            }
+        } else if (st->tag == Ist_Put) {
+            Int r = ymm_reg(st->Ist.Put.offset);
+            if (r >= 0) {
+                IRExpr *d = st->Ist.Put.data;
+                Int o = (d->tag == Iex_RdTmp) ? fl.origin[d->Iex.RdTmp.tmp] : ORIGIN_NONE;
+                fl.put_origin[r] = o >= 0 ? o : i;
+            }
+        }
+    }
+    if (i >= 0 && any) {
+        Int b = vbits > fmabits ? vbits : fmabits;
+        info[i].width = b <= 64 ? 1 : b <= 128 ? 2 : b <= 256 ? 3 : 4;
+    }
+    /* does the block loop back to its own start? */
+    Addr start = 0;
+    for (Int s = 0; s < sb->stmts_used; s++)
+        if (sb->stmts[s]->tag == Ist_IMark) { start = sb->stmts[s]->Ist.IMark.addr; break; }
+    for (Int s = 0; s < sb->stmts_used; s++) {
+        IRStmt *st = sb->stmts[s];
+        if (st->tag == Ist_Exit && st->Ist.Exit.dst->tag == Ico_U64 && st->Ist.Exit.dst->Ico.U64 == start) fl.loop = True;
+    }
+    if (sb->next->tag == Iex_Const && sb->next->Iex.Const.con->tag == Ico_U64 &&
+        sb->next->Iex.Const.con->Ico.U64 == start) fl.loop = True;
+    /* pass 2: per FP instruction, the nearest producer of any operand of its FP operations */
+    for (Int k = 0; k < n_insn; k++) info[k].dep = DEP_CAP;
+    for (Int f = 0; f < n_fp; f++) {
+        Int k = fp_insn[f], t = fp_tmp[f];
+        for (Int a = 0; a < MAX_ARGS; a++) {
+            if (fl.args[t][a] < 0) continue;
+            Int d = resolve(&fl, fl.args[t][a], k, 0);
+            if (d < info[k].dep) info[k].dep = d;
+        }
+    }
+    VG_(free)(fl.origin);
+    VG_(free)(fl.args);
+    VG_(free)(fp_tmp);
+    VG_(free)(fp_insn);
+}
+
+static void flush_seg(IRSB *out, Seg **segp, IRExpr *outcome) {
+    Seg *s = *segp;
+    if (!s) return;
+    IRExpr *arg = outcome ? outcome : IRExpr_Const(IRConst_U64(2));
+    IRDirty *d = unsafeIRDirty_0_N(2, "seg_exec", VG_(fnptr_to_fnentry)(&seg_exec),
+                                   mkIRExprVec_2(IRExpr_Const(IRConst_U64((ULong)(Addr)s)), arg));
+    addStmtToIRSB(out, IRStmt_Dirty(d));
+    *segp = NULL;
+}
+
+static Seg *new_seg(Counters *fn) {
+    Seg *s = VG_(calloc)("pmac.seg", 1, sizeof(Seg));
+    s->fn = fn;
+    return s;
+}
+
+static void sample_access(IRSB *out, IRExpr *addr, Int is_store) {
+    IRTemp line = newIRTemp(out->tyenv, Ity_I64);
+    IRTemp h = newIRTemp(out->tyenv, Ity_I64);
+    IRTemp top = newIRTemp(out->tyenv, Ity_I64);
+    IRTemp g = newIRTemp(out->tyenv, Ity_I1);
+    addStmtToIRSB(out, IRStmt_WrTmp(line, IRExpr_Binop(Iop_Shr64, addr, IRExpr_Const(IRConst_U8(8)))));
+    addStmtToIRSB(out, IRStmt_WrTmp(h, IRExpr_Binop(Iop_Mul64, IRExpr_RdTmp(line),
+                                                    IRExpr_Const(IRConst_U64(0x9E3779B97F4A7C15ULL)))));
+    addStmtToIRSB(out, IRStmt_WrTmp(top, IRExpr_Binop(Iop_Shr64, IRExpr_RdTmp(h),
+                                                      IRExpr_Const(IRConst_U8(64 - HASH_BITS)))));
+    addStmtToIRSB(out, IRStmt_WrTmp(g, IRExpr_Binop(Iop_CmpLT64U, IRExpr_RdTmp(top),
+                                                    IRExpr_Const(IRConst_U64(clo_threshold)))));
+    IRDirty *d = unsafeIRDirty_0_N(2, "acc_sample", VG_(fnptr_to_fnentry)(&acc_sample),
+                                   mkIRExprVec_2(addr, IRExpr_Const(IRConst_U64(is_store))));
+    d->guard = IRExpr_RdTmp(g);
+    addStmtToIRSB(out, IRStmt_Dirty(d));
+}
+
+static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestLayout *layout,
+                           const VexGuestExtents *vge, const VexArchInfo *archinfo_host,
+                           IRType gWordTy, IRType hWordTy) {
+    if (gWordTy != hWordTy) VG_(tool_panic)("host/guest word size mismatch");
+    Int n_insn = 0;
+    for (Int s = 0; s < sb->stmts_used; s++) if (sb->stmts[s]->tag == Ist_IMark) n_insn++;
+    if (n_insn > MAX_INSNS) n_insn = MAX_INSNS;
+    InsnInfo info[MAX_INSNS];
+    VG_(memset)(info, 0, sizeof(InsnInfo) * (n_insn ? n_insn : 1));
+    analyse(sb, info, n_insn);
+
+    IRSB *out = deepCopyIRSBExceptStmts(sb);
+    Int s = 0;
+    while (s < sb->stmts_used && sb->stmts[s]->tag != Ist_IMark) addStmtToIRSB(out, sb->stmts[s++]);
+    Seg *seg = NULL;
+    Counters *fn = NULL;
+    Int i = -1;
+    for (; s < sb->stmts_used; s++) {
+        IRStmt *st = sb->stmts[s];
+        if (!st) continue;
+        switch (st->tag) {
+        case Ist_IMark: {
+            Counters *f = fn_counters(st->Ist.IMark.addr + st->Ist.IMark.delta);
+            if (f != fn) { flush_seg(out, &seg, NULL); fn = f; }
+            if (!seg) seg = new_seg(fn);
+            i++;
+            seg->v[C_INSTR]++;
+            if (i < n_insn && info[i].flop) {
+                seg->v[C_FLOP] += info[i].flop;
+                seg->v[C_FP_SCALAR + info[i].width - 1]++;
+                seg->v[C_DEP_SUM] += info[i].dep;
+                seg->v[C_DEP_N]++;
+            }
+            addStmtToIRSB(out, st);
+            break;
+        }
+        case Ist_WrTmp: {
+            IRExpr *e = st->Ist.WrTmp.data;
+            if (e->tag == Iex_Load && seg) {
+                seg->v[C_LOADS]++;
+                seg->v[C_LOAD_BYTES] += sizeofIRType(e->Iex.Load.ty);
+                sample_access(out, e->Iex.Load.addr, 0);
+            }
+            addStmtToIRSB(out, st);
+            break;
+        }
+        case Ist_LoadG:
+            if (seg) {
+                IRType ty = Ity_INVALID, ty2;
+                typeOfIRLoadGOp(st->Ist.LoadG.details->cvt, &ty, &ty2);
+                seg->v[C_LOADS]++;
+                seg->v[C_LOAD_BYTES] += sizeofIRType(ty);
+                sample_access(out, st->Ist.LoadG.details->addr, 0);
+            }
+            addStmtToIRSB(out, st);
+            break;
+        case Ist_Store:
+            if (seg) {
+                seg->v[C_STORES]++;
+                seg->v[C_STORE_BYTES] += sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.Store.data));
+                sample_access(out, st->Ist.Store.addr, 1);
+            }
+            addStmtToIRSB(out, st);
+            break;
+        case Ist_StoreG:
+            if (seg) {
+                seg->v[C_STORES]++;
+                seg->v[C_STORE_BYTES] += sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.StoreG.details->data));
+                sample_access(out, st->Ist.StoreG.details->addr, 1);
+            }
+            addStmtToIRSB(out, st);
+            break;
+        case Ist_CAS:
+            if (seg) {
+                Int sz = sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.CAS.details->dataLo));
+                if (st->Ist.CAS.details->dataHi) sz *= 2;
+                seg->v[C_LOADS]++; seg->v[C_STORES]++;
+                seg->v[C_LOAD_BYTES] += sz; seg->v[C_STORE_BYTES] += sz;
+            }
+            addStmtToIRSB(out, st);
+            break;
+        case Ist_LLSC:
+            if (seg) {
+                if (st->Ist.LLSC.storedata == NULL) {
+                    seg->v[C_LOADS]++;
+                    seg->v[C_LOAD_BYTES] += sizeofIRType(typeOfIRTemp(sb->tyenv, st->Ist.LLSC.result));
+                } else {
+                    seg->v[C_STORES]++;
+                    seg->v[C_STORE_BYTES] += sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.LLSC.storedata));
+                }
+            }
+            addStmtToIRSB(out, st);
+            break;
+        case Ist_Dirty: {
+            IRDirty *d = st->Ist.Dirty.details;
+            if (seg && d->mFx != Ifx_None) {
+                if (d->mFx == Ifx_Read || d->mFx == Ifx_Modify) { seg->v[C_LOADS]++; seg->v[C_LOAD_BYTES] += d->mSize; }
+                if (d->mFx == Ifx_Write || d->mFx == Ifx_Modify) { seg->v[C_STORES]++; seg->v[C_STORE_BYTES] += d->mSize; }
+            }
+            addStmtToIRSB(out, st);
+            break;
+        }
+        case Ist_Exit: {
+            IRExpr *outcome = NULL;
+            if (st->Ist.Exit.jk == Ijk_Boring) {
+                IRTemp w = newIRTemp(out->tyenv, Ity_I64);
+                addStmtToIRSB(out, IRStmt_WrTmp(w, IRExpr_Unop(Iop_1Uto64, st->Ist.Exit.guard)));
+                outcome = IRExpr_RdTmp(w);
+            }
+            flush_seg(out, &seg, outcome);
+            addStmtToIRSB(out, st);
+            seg = new_seg(fn);
+            break;
+        }
+        default:
+            addStmtToIRSB(out, st);
+        }
+    }
+    flush_seg(out, &seg, NULL);
+    return out;
+}
+
+/* ---- set-up and output --------------------------------------------------------------- */
+
+static Bool pm_process_cmd_line_option(const HChar *arg) {
+    if VG_STR_CLO(arg, "--pmac-out", clo_out) {}
+    else if VG_BINT_CLO(arg, "--pmac-sample-threshold", clo_threshold, 0, 1u << HASH_BITS) {}
+    else return False;
+    return True;
+}
+
+static void pm_print_usage(void) {
+    VG_(printf)("    --pmac-out=<file>                  summary file (%%p = pid) [pmac-vg.%%p]\n"
+                "    --pmac-sample-threshold=<0..2^24>  sampled lines: hash < threshold [2^20 = 1/16]\n");
+}
+
+static void pm_print_debug_usage(void) {}
+
+static void pm_post_clo_init(void) {
+    out_path = VG_(expand_file_name)("--pmac-out", clo_out);
+    HChar *acc_path = VG_(malloc)("pmac.path", VG_(strlen)(out_path) + 8);
+    VG_(sprintf)(acc_path, "%s.acc", out_path);
+    SysRes r = VG_(open)(acc_path, VKI_O_CREAT | VKI_O_TRUNC | VKI_O_WRONLY, VKI_S_IRUSR | VKI_S_IWUSR | VKI_S_IRGRP | VKI_S_IROTH);
+    if (sr_isError(r)) {
+        VG_(umsg)("pmac_vg: cannot write %s\n", acc_path);
+        VG_(exit)(1);
+    }
+    acc_fd = sr_Res(r);
+    struct { HChar magic[8]; UInt hash_bits, threshold; } h;
+    VG_(memcpy)(h.magic, "PMACVGA1", 8);
+    h.hash_bits = HASH_BITS;
+    h.threshold = (UInt)clo_threshold;
+    VG_(write)(acc_fd, &h, sizeof h);
+    new_burst(0);
+    VG_(clo_vex_control).guest_chase = False;
+}
+
+static void pm_fini(Int exitcode) {
+    acc_flush();
+    if (acc_fd >= 0) VG_(close)(acc_fd);
+    SysRes r = VG_(open)(out_path, VKI_O_CREAT | VKI_O_TRUNC | VKI_O_WRONLY, VKI_S_IRUSR | VKI_S_IWUSR | VKI_S_IRGRP | VKI_S_IROTH);
+    if (sr_isError(r)) {
+        VG_(umsg)("pmac_vg: cannot write %s\n", out_path);
+        return;
+    }
+    Int fd = sr_Res(r);
+    struct {
+        HChar magic[8];
+        UInt version, n_counters, hash_bits, threshold;
+        Int pid;
+        UInt flags;
+        Long n_bursts, n_functions, n_acc_words;
+        HChar pad[8];
+    } h;
+    VG_(memset)(&h, 0, sizeof h);
+    VG_(memcpy)(h.magic, "PMACVGS1", 8);
+    h.version = 1; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
+    h.pid = VG_(getpid)(); h.flags = flags;
+    h.n_bursts = n_bursts; h.n_functions = n_fns; h.n_acc_words = acc_total;
+    VG_(write)(fd, &h, sizeof h);
+    VG_(write)(fd, &mpi_c, sizeof mpi_c);
+    for (Long b = 0; b < n_bursts; b++) VG_(write)(fd, &bursts[b], sizeof(Burst));
+    for (Int k = 0; k < 4096; k++)
+        for (Fn *f = fn_tab[k]; f; f = f->next) {
+            VG_(write)(fd, f->name, NAME_LEN);
+            VG_(write)(fd, f->obj, NAME_LEN);
+            VG_(write)(fd, &f->c, sizeof f->c);
+        }
+    VG_(write)(fd, "PMACEND1", 8);
+    VG_(close)(fd);
+}
+
+static void pm_pre_clo_init(void) {
+    VG_(details_name)("pmac_vg");
+    VG_(details_version)("1");
+    VG_(details_description)("pmac memory signature: counts per burst and function, sampled reuse");
+    VG_(details_copyright_author)("pmac authors");
+    VG_(details_bug_reports_to)("pmac");
+    VG_(details_avg_translation_sizeB)(400);
+    VG_(basic_tool_funcs)(pm_post_clo_init, pm_instrument, pm_fini);
+    VG_(needs_command_line_options)(pm_process_cmd_line_option, pm_print_usage, pm_print_debug_usage);
+    VG_(needs_client_requests)(pm_client_request);
+}
+
+VG_DETERMINE_INTERFACE_VERSION(pm_pre_clo_init)
