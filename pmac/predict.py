@@ -7,8 +7,9 @@
   ``wait_s`` (blocked on a partner); ``burst_source`` says where the burst times came from and
   ``independent`` whether the prediction used no measured time of the application (see below).
 - ``per_rank``: one row per (machine, rank): node, finish/compute/comm/wait seconds.
-- ``critical_path``: the events on the critical path (machine, rank, seq, op, start_s, end_s),
-  when the replay reports one.
+- ``critical_path``: per (machine, rank) the time the critical path spends on that rank
+  (walked back from the last rank to finish, jumping to the partner a call waited for; sums to
+  ``total_s``) and its fraction of ``total_s``.
 - ``timeline``: with ``timeline=True``, one row per (machine, event): the burst before the call
   (``burst_start_s``) and the call itself (``start_s``, ``end_s``).
 
@@ -47,7 +48,7 @@ BURST_SOURCES = ("auto", "measured", "memory")
 SUMMARY_COLUMNS = ("machine", "signature", "n_ranks", "ranks_per_node", "n_nodes", "burst_source",
                    "independent", "total_s", "compute_s", "comm_s", "wait_s", "critical_rank")
 PER_RANK_COLUMNS = ("machine", "rank", "node", "finish_s", "compute_s", "comm_s", "wait_s")
-CRITICAL_COLUMNS = ("machine", "step", "rank", "seq", "op", "start_s", "end_s")
+CRITICAL_COLUMNS = ("machine", "rank", "critical_s", "critical_frac")
 TIMELINE_COLUMNS = ("machine", "rank", "seq", "op", "burst_start_s", "start_s", "end_s")
 
 
@@ -76,28 +77,62 @@ class ReplayOut:
     compute_s: np.ndarray
     comm_s: np.ndarray
     wait_s: np.ndarray
-    #: per event (rows of the events table): call start / end, or None
-    start_s: np.ndarray | None = None
-    end_s: np.ndarray | None = None
-    #: event rows on the critical path, in time order, or None
-    critical_rows: np.ndarray | None = None
+    #: time the critical path spends on each rank (sums to the makespan), or None
+    critical_rank_s: np.ndarray | None = None
+    #: with timeline: one row per call (rank, seq, op, start_s, end_s), sorted by (rank, seq)
+    timeline: pd.DataFrame | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def topology_for(profile: MachineProfile, n_nodes: int):
+    """The profile's topology (``network.topology``: ``{'simgrid': FILE}`` or ``{'kind': 'fat_tree'|
+    'torus'|'dragonfly'|'star', ...keyword arguments}``); without one, a star of ``n_nodes`` hosts
+    on links of the inter-node bandwidth. Returns (topology, note or None)."""
+    from . import topology as tp
+
+    spec = dict(profile.network.topology or {})
+    link = profile.network.inter_node or profile.network.intra_node
+    if not spec:
+        return (tp.star(max(n_nodes, 1), bandwidth_bytes_per_s=link.bandwidth_bytes_per_s),
+                "no topology in the profile: contention on a star of inter-node links")
+    if "simgrid" in spec:
+        return tp.from_simgrid(spec["simgrid"]), None
+    kind = spec.pop("kind", None)
+    gens = {"fat_tree": tp.fat_tree, "torus": tp.torus, "dragonfly": tp.dragonfly, "star": tp.star}
+    if kind not in gens:
+        raise InputError(f"machine '{profile.name}': network.topology kind must be one of "
+                         f"{', '.join(gens)} or a 'simgrid' file, got {kind!r}")
+    spec.setdefault("bandwidth_bytes_per_s", link.bandwidth_bytes_per_s)
+    if "dims" in spec:
+        spec["dims"] = tuple(spec["dims"])
+    return gens[kind](**spec), None
 
 
 def _replay(sig: Signature, burst_s: np.ndarray, placement: np.ndarray, profile: MachineProfile, *,
             contention: bool, timeline: bool) -> ReplayOut:
-    """Adapter over :func:`pmac.replay.replay`."""
-    from . import replay as rp
+    """Adapter over :func:`pmac.replay.replay_signature`."""
+    from .replay import ReplayOptions, replay_signature
 
-    opts = rp.ReplayOptions(contention=contention, timeline=timeline, critical_path=True)
-    res = rp.replay(sig, burst_s, placement, profile.network, opts)
-    crit = getattr(res, "critical_path", None)
-    return ReplayOut(
-        finish_s=np.asarray(res.finish_s, dtype=np.float64), compute_s=np.asarray(res.compute_s, dtype=np.float64),
-        comm_s=np.asarray(res.comm_s, dtype=np.float64), wait_s=np.asarray(res.wait_s, dtype=np.float64),
-        start_s=None if getattr(res, "start_s", None) is None else np.asarray(res.start_s),
-        end_s=None if getattr(res, "end_s", None) is None else np.asarray(res.end_s),
-        critical_rows=None if crit is None else np.asarray(crit, dtype=np.int64))
+    notes = []
+    topo = None
+    if contention:
+        topo, note = topology_for(profile, int(placement.max()) + 1)
+        if note:
+            notes.append(note)
+    opts = ReplayOptions(contention=contention, topology=topo, timeline=timeline)
+    res = replay_signature(sig, burst_s, placement, profile.network, opts)
+    tl = None
+    if timeline and res.start_s is not None:
+        tl = pd.DataFrame(dict(rank=np.asarray(res.event_rank, dtype=np.int64),
+                               seq=np.asarray(res.event_seq, dtype=np.int64),
+                               op=np.asarray(res.event_op, dtype=np.int64),
+                               start_s=np.asarray(res.start_s, dtype=np.float64),
+                               end_s=np.asarray(res.end_s, dtype=np.float64)))
+    return ReplayOut(finish_s=np.asarray(res.finish_s, dtype=np.float64),
+                     compute_s=np.asarray(res.compute_s, dtype=np.float64),
+                     comm_s=np.asarray(res.comm_s, dtype=np.float64), wait_s=np.asarray(res.wait_s, dtype=np.float64),
+                     critical_rank_s=np.asarray(res.critical_rank_s, dtype=np.float64), timeline=tl,
+                     notes=tuple(notes))
 
 
 def resolve_burst_source(sig: Signature, burst_source: str = "auto") -> str:
@@ -195,9 +230,6 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         notes.append("burst times measured on the traced machine: honest only for that machine")
     app = str(sig.header.parameters.get("app", sig.name))
     rows, per_rank, crit, tl = [], [], [], []
-    ranks_col = ev["rank"].to_numpy()
-    seq_col = ev["seq"].to_numpy()
-    op_col = ev["op"].to_numpy()
     for k, p in enumerate(profiles):
         rpn = rpns[k]
         placement = (np.arange(n) // rpn).astype(np.int32)
@@ -217,17 +249,16 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
                          wait_s=float(r.wait_s.mean()), critical_rank=crit_rank))
         per_rank.append(pd.DataFrame(dict(machine=p.name, rank=np.arange(n), node=placement, finish_s=r.finish_s,
                                           compute_s=r.compute_s, comm_s=r.comm_s, wait_s=r.wait_s)))
-        if r.critical_rows is not None and len(r.critical_rows):
-            cr = r.critical_rows
-            crit.append(pd.DataFrame(dict(
-                machine=p.name, step=np.arange(len(cr)), rank=ranks_col[cr], seq=seq_col[cr],
-                op=[op_name(o) for o in op_col[cr]],
-                start_s=r.start_s[cr] if r.start_s is not None else np.nan,
-                end_s=r.end_s[cr] if r.end_s is not None else np.nan)))
-        if timeline and r.start_s is not None:
-            tl.append(pd.DataFrame(dict(machine=p.name, rank=ranks_col, seq=seq_col,
-                                        op=[op_name(o) for o in op_col], burst_start_s=r.start_s - burst,
-                                        start_s=r.start_s, end_s=r.end_s)))
+        if r.critical_rank_s is not None:
+            tot = float(r.finish_s.max())
+            crit.append(pd.DataFrame(dict(machine=p.name, rank=np.arange(n), critical_s=r.critical_rank_s,
+                                          critical_frac=r.critical_rank_s / tot if tot > 0 else 0.0)))
+        if timeline and r.timeline is not None:
+            t = r.timeline.sort_values(["rank", "seq"], kind="stable").reset_index(drop=True)
+            prev_end = t.groupby("rank")["end_s"].shift(1).fillna(0.0)
+            tl.append(pd.DataFrame(dict(machine=p.name, rank=t["rank"], seq=t["seq"],
+                                        op=[op_name(o) for o in t["op"]], burst_start_s=prev_end,
+                                        start_s=t["start_s"], end_s=t["end_s"])))
     empty = lambda cols: pd.DataFrame({c: [] for c in cols})  # noqa: E731
     return Prediction(
         signature=sig.name,

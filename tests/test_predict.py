@@ -16,31 +16,6 @@ from pmac.signature import save_signature
 from synth import memory_tables, pingpong_signature, two_level_profile
 
 
-def fake_replay(sig, burst_s, placement, profile, *, contention, timeline):
-    """Trivial reference: every call costs L + bytes/B on its own rank, nobody waits."""
-    link = profile.network.intra_node
-    ev = sig.events
-    cost = np.where(ev["op"].isin([10, 14]), link.latency_s + (ev["send_bytes"] + ev["recv_bytes"]) / link.bandwidth_bytes_per_s, 0.0)
-    start = np.zeros(len(ev))
-    end = np.zeros(len(ev))
-    n = sig.n_ranks
-    fin, comp, comm = np.zeros(n), np.zeros(n), np.zeros(n)
-    for i, (r, b, c) in enumerate(zip(ev["rank"], burst_s, cost)):
-        start[i] = fin[r] + b
-        end[i] = start[i] + c
-        fin[r] = end[i]
-        comp[r] += b
-        comm[r] += c
-    crit_rank = int(np.argmax(fin))
-    return pp.ReplayOut(finish_s=fin, compute_s=comp, comm_s=comm, wait_s=np.zeros(n), start_s=start, end_s=end,
-                        critical_rows=np.flatnonzero(ev["rank"].to_numpy() == crit_rank))
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.setattr(pp, "_replay", fake_replay)
-
-
 def memory_for_pingpong(n_iter=3, ranks=(0, 1)):
     bursts, hists = [], []
     for r in ranks:
@@ -52,19 +27,23 @@ def memory_for_pingpong(n_iter=3, ranks=(0, 1)):
     return memory_tables(bursts, hists)
 
 
-def test_measured_bursts(fake):
+def test_measured_bursts():
     sig = pingpong_signature(n_iter=3, msg_bytes=1000, burst_s=1e-3)
     pred = pp.predict(sig, [two_level_profile()], burst_source="measured")
     row = pred.summary.iloc[0]
     # 7 bursts of 1 ms after INIT, 6 calls of 1 us + 1000 B / 1 GB/s each
     assert row.total_s == pytest.approx(7e-3 + 6 * (1e-6 + 1e-6), rel=1e-12)
-    assert row.compute_s == pytest.approx(7e-3) and row.wait_s == 0.0
+    assert row.compute_s == pytest.approx(7e-3)
+    pr = pred.per_rank
+    assert np.allclose(pr["compute_s"] + pr["comm_s"] + pr["wait_s"], pr["finish_s"], rtol=1e-12)
+    cp = pred.critical_path
+    assert cp["critical_s"].sum() == pytest.approx(row.total_s, rel=1e-12)
     assert row.burst_source == "measured" and not row.independent
     assert any("honest only" in n for n in pred.notes)
     assert list(pred.per_rank["rank"]) == [0, 1] and list(pred.per_rank["node"]) == [0, 0]
 
 
-def test_memory_bursts_are_convolved(fake):
+def test_memory_bursts_are_convolved():
     mem = memory_for_pingpong()
     sig = pingpong_signature(memory=mem)
     prof = two_level_profile(beta=0.25)
@@ -78,7 +57,7 @@ def test_memory_bursts_are_convolved(fake):
     assert any("2 nodes needed" in n for n in pred1.notes)
 
 
-def test_untraced_rank_borrows_traced_bursts(fake):
+def test_untraced_rank_borrows_traced_bursts():
     sig = pingpong_signature(memory=memory_for_pingpong(ranks=(0,)))
     pred = pp.predict(sig, [two_level_profile()])
     pr = pred.per_rank
@@ -86,7 +65,7 @@ def test_untraced_rank_borrows_traced_bursts(fake):
     assert any("without a memory trace" in n for n in pred.notes)
 
 
-def test_more_bandwidth_never_slower(fake):
+def test_more_bandwidth_never_slower():
     sig = pingpong_signature(memory=memory_for_pingpong())
     profs = [two_level_profile(name="slow", beta=0.5), two_level_profile(name="fast", beta=0.5, mem_bw=40e9, l2_bw=90e9)]
     s = pp.predict(sig, profs).summary.set_index("machine")
@@ -112,15 +91,15 @@ def files(tmp_path):
     return tmp_path
 
 
-def test_cli_text_and_missing_listing(files, fake, capsys):
+def test_cli_text_and_missing_listing(files, capsys):
     assert main(["predict", str(files / "sigs" / "pp"), str(files / "a.yaml"), str(files / "b.yaml"),
                  str(files / "nonet.yaml"), "--per-rank", "--critical-path"]) == 0
     out = capsys.readouterr().out
-    assert "signature pp" in out and "per rank on a" in out and "critical path on b" in out
+    assert "signature pp" in out and "per rank on a" in out and "critical path on b" in out and "critical" in out
     assert "nonet for pp: lacks network.intra_node" in out
 
 
-def test_cli_json_csv_timeline(files, fake, capsys):
+def test_cli_json_csv_timeline(files, capsys):
     args = [str(files / "sigs" / "pp"), str(files / "a.yaml"), str(files / "b.yaml")]
     assert main(["predict", *args, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -82,6 +82,10 @@ def _fmt_table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _t(seconds: float) -> str:
+    return format_quantity(seconds, "s", digits=4)
+
+
 def _pct(part: float, total: float) -> str:
     return f"{100.0 * part / total:5.1f}%" if total > 0 else "-"
 
@@ -90,8 +94,7 @@ def format_prediction(pred, *, per_rank: bool, critical_path: bool) -> str:
     out = [f"signature {pred.signature}"]
     rows = []
     for r in pred.summary.itertuples():
-        rows.append([r.machine, format_quantity(r.total_s, "s"), format_quantity(r.compute_s, "s"),
-                     format_quantity(r.comm_s, "s"), format_quantity(r.wait_s, "s"),
+        rows.append([r.machine, _t(r.total_s), _t(r.compute_s), _t(r.comm_s), _t(r.wait_s),
                      f"{_pct(r.compute_s, r.total_s)} / {_pct(r.comm_s, r.total_s)} / {_pct(r.wait_s, r.total_s)}",
                      f"{r.n_ranks} on {r.n_nodes}", r.burst_source + ("" if r.independent else " (!)")])
     out.append(_fmt_table(rows, ["machine", "time", "compute", "comm", "wait", "compute/comm/wait",
@@ -99,21 +102,17 @@ def format_prediction(pred, *, per_rank: bool, critical_path: bool) -> str:
     if per_rank:
         for m, g in pred.per_rank.groupby("machine", sort=False):
             out.append(f"\n  per rank on {m}:")
-            rr = [[str(r.rank), str(r.node), format_quantity(r.finish_s, "s"), format_quantity(r.compute_s, "s"),
-                   format_quantity(r.comm_s, "s"), format_quantity(r.wait_s, "s")] for r in g.itertuples()]
+            rr = [[str(r.rank), str(r.node), _t(r.finish_s), _t(r.compute_s), _t(r.comm_s), _t(r.wait_s)]
+                  for r in g.itertuples()]
             out.append(_indent(_fmt_table(rr, ["rank", "node", "finish", "compute", "comm", "wait"])))
     if critical_path:
         if len(pred.critical_path) == 0:
             out.append("\n  critical path: not reported by the replay")
         for m, g in pred.critical_path.groupby("machine", sort=False):
-            out.append(f"\n  critical path on {m} ({len(g)} events; rank switches shown):")
-            g = g.reset_index(drop=True)
-            keep = g.index[(g["rank"] != g["rank"].shift()) | (g.index == len(g) - 1)]
-            rr = [[str(g.at[i, "step"]), str(g.at[i, "rank"]), str(g.at[i, "seq"]), g.at[i, "op"],
-                   format_quantity(g.at[i, "end_s"], "s")] for i in keep[:40]]
-            out.append(_indent(_fmt_table(rr, ["step", "rank", "seq", "op", "ends at"])))
-            if len(keep) > 40:
-                out.append(f"    ... {len(keep) - 40} more")
+            out.append(f"\n  critical path on {m}: time it spends on each rank")
+            rr = [[str(r.rank), _t(r.critical_s), f"{100 * r.critical_frac:5.1f}%"]
+                  for r in g.itertuples() if r.critical_s > 0]
+            out.append(_indent(_fmt_table(rr, ["rank", "on path", "share"])))
     for n in pred.notes:
         out.append(f"  note: {n}")
     return "\n".join(out)
