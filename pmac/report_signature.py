@@ -42,7 +42,8 @@ def op_table(sig: Signature) -> pd.DataFrame:
 
 
 def rank_table(sig: Signature) -> pd.DataFrame:
-    """Per rank: ``n_calls``, ``compute_s``, ``mpi_s``, ``mpi_frac``, ``flop`` (NaN without memory data)."""
+    """Per rank: ``n_calls``, ``compute_s``, ``mpi_s``, ``mpi_frac``; ``flop`` and ``mem_bytes``
+    (loaded + stored, from the memory signature's bursts; NaN without one)."""
     ev = sig.events
     ranks = np.arange(sig.n_ranks)
     n_calls = np.bincount(ev["rank"], minlength=sig.n_ranks)[: sig.n_ranks]
@@ -52,11 +53,14 @@ def rank_table(sig: Signature) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         frac = np.where(total > 0, mpi / total, np.nan)
     flop = np.full(sig.n_ranks, np.nan)
+    mem_bytes = np.full(sig.n_ranks, np.nan)
     b = sig.memory.get("bursts")
     if b is not None and len(b):
         flop = np.bincount(b["rank"], weights=b["flop"], minlength=sig.n_ranks)[: sig.n_ranks].astype(float)
+        mem_bytes = np.bincount(b["rank"], weights=(b["load_bytes"] + b["store_bytes"]).astype(float),
+                                minlength=sig.n_ranks)[: sig.n_ranks].astype(float)
     return pd.DataFrame({"rank": ranks, "n_calls": n_calls, "compute_s": compute, "mpi_s": mpi,
-                         "mpi_frac": frac, "flop": flop})
+                         "mpi_frac": frac, "flop": flop, "mem_bytes": mem_bytes})
 
 
 def communication_matrix(sig: Signature) -> tuple[np.ndarray, np.ndarray]:
@@ -165,12 +169,15 @@ def format_signature(sig: Signature) -> str:
     rt = rank_table(sig)
     has_flop = bool(np.isfinite(rt["flop"]).any())
     head = f"  {'rank':>5}  {'calls':>8}  {'compute':>10}  {'MPI':>10}  {'MPI %':>6}"
-    lines.append(head + (f"  {'flop':>10}" if has_flop else ""))
+    has_mem = has_flop and bool((rt["mem_bytes"] > 0).any())
+    lines.append(head + (f"  {'flop':>10}" if has_flop else "") + (f"  {'memory':>10}" if has_mem else ""))
     for r in rt.itertuples(index=False):
         pct = "-" if not np.isfinite(r.mpi_frac) else f"{100 * r.mpi_frac:.1f}"
         row = f"  {r.rank:>5}  {r.n_calls:>8}  {_fmt_s(r.compute_s):>10}  {_fmt_s(r.mpi_s):>10}  {pct:>6}"
         if has_flop:
             row += f"  {r.flop:>10.4g}"
+        if has_mem:
+            row += f"  {_fmt_bytes(r.mem_bytes):>10}"
         lines.append(row)
 
     lines.append("")

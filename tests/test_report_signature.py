@@ -119,3 +119,23 @@ def test_plot_without_point_to_point(shared_dir, tmp_path):
     assert (tmp_path / "x.png").stat().st_size > 1000
     text = format_signature(sig)
     assert "flop" in text and "1e+09" in text  # 5e8 + 5e8 flops per rank
+
+
+def test_memory_columns(ring3):
+    import dataclasses
+
+    from pmac.memsig import BURSTS
+
+    rows = {c: np.zeros(3, dtype=d) for c, d in BURSTS.columns}
+    rows["rank"] = np.array([0, 0, 2], np.int32)
+    rows["seq"] = np.array([1, 4, 1], np.int64)
+    rows["flop"] = np.array([1e6, 2e6, 5e5])
+    rows["load_bytes"] = np.array([4096, 1024, 0], np.int64)
+    rows["store_bytes"] = np.array([1024, 0, 2048], np.int64)
+    sig = dataclasses.replace(ring3, memory={"bursts": BURSTS.coerce(rows)})
+    t = rank_table(sig)
+    assert t["flop"].tolist() == [3e6, 0.0, 5e5]
+    assert t["mem_bytes"].tolist() == [6144.0, 0.0, 2048.0]
+    text = format_signature(sig)
+    row0 = next(ln for ln in text.splitlines() if ln.split()[:2] == ["0", "8"])
+    assert row0.split()[-3:] == ["3e+06", "6", "KiB"]
