@@ -378,3 +378,34 @@ def test_shipped_pmpi_signature_replays_in_smpirun(shared_dir, tmp_path):
     t = _smpirun_time(smpirun, out.index_file, 2, platform, hosts, tmp_path)
     busiest = sig.events.groupby("rank")["burst_s"].sum().max()
     assert t >= busiest * (1 - 1e-9)
+
+
+TWO_HOSTS = """<?xml version='1.0'?>
+<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">
+<platform version="4.1">
+  <zone id="z" routing="Full">
+    <host id="h0" speed="1Gf"/>
+    <host id="h1" speed="1Gf"/>
+    <link id="l" bandwidth="1GBps" latency="10us"/>
+    <route src="h0" dst="h1"><link_ctn id="l"/></route>
+  </zone>
+</platform>
+"""
+
+
+@pytest.mark.parametrize("nbytes", [1000, 100000, 10**7])
+def test_smpirun_neutral_network_is_latency_plus_size_over_bandwidth(tmp_path, nbytes):
+    from pmac.simgrid import smpirun_replay
+
+    if not shutil.which("smpirun"):
+        pytest.skip("smpirun not installed (apt-get install libsimgrid-dev)")
+    plat = tmp_path / "two.xml"
+    plat.write_text(TWO_HOSTS)
+    f = tmp_path / "pp.txt"
+    f.write_text(f"0 init\n1 init\n0 send 1 0 {nbytes}\n1 recv 0 0 {nbytes}\n1 send 0 0 {nbytes}\n"
+                 f"0 recv 1 0 {nbytes}\n0 finalize\n1 finalize\n")
+    out = write_simgrid(read_simgrid(f), tmp_path / "tit")
+    t = smpirun_replay(out.index_file, 2, plat, ["h0", "h1"])
+    assert t == pytest.approx(2 * (10e-6 + nbytes / 1e9), abs=1.5e-6)  # printed to 1 us
+    with pytest.raises(Exception, match="smpirun failed"):
+        smpirun_replay(out.index_file, 2, plat, ["h0", "nohost"])
