@@ -56,6 +56,17 @@ class ShimBuild:
     libmpi: str       # the MPI library it links (resolved path)
     mpicc: str
     source_hash: str
+    #: the Fortran library whose mpi_*_ symbols are wrapped too ('' when none)
+    fortran_library: str = ""
+
+
+def fortran_library(libmpi: str) -> str:
+    """Open MPI's Fortran layer (libmpi_mpifh) beside libmpi: it calls PMPI_* directly, so its
+    mpi_*_ symbols need their own wrappers. MPICH's Fortran layer calls MPI_* (already wrapped)."""
+    d = Path(libmpi).parent
+    for cand in sorted(d.glob("libmpi_mpifh.so*"), key=lambda p: len(p.name)):
+        return str(cand.resolve())
+    return ""
 
 
 def cache_dir() -> Path:
@@ -133,6 +144,14 @@ def _python_of(prog: str) -> str:
     return line[0] if line else sys.executable
 
 
+def _prefer_libmpi(paths: list[str]) -> str:
+    """The C MPI library among libmpi*.so (not Open MPI's libmpi_mpifh, libmpi_cxx...)."""
+    for p in paths:
+        if re.match(r"libmpi\.so(\.|$)", Path(p).name):
+            return p
+    return paths[0]
+
+
 def detect_libmpi(prog: str, env: dict | None = None) -> str:
     """Resolved path of the MPI library the program loads."""
     check_interposable(prog)
@@ -143,14 +162,17 @@ def detect_libmpi(prog: str, env: dict | None = None) -> str:
         if not libs:
             why = r.stdout.strip() or r.stderr.strip()[-300:]
             raise ToolMissingError(f"{py} does not load an MPI library through mpi4py ({why})")
-        return os.path.realpath(libs[0])
+        return os.path.realpath(_prefer_libmpi(libs))
     e = dict(os.environ if env is None else env)
     e["LD_TRACE_LOADED_OBJECTS"] = "1"  # the dynamic loader lists what it loads, runs nothing
     r = subprocess.run([prog], capture_output=True, text=True, timeout=60, env=e)
+    libs = []
     for line in r.stdout.splitlines():
         m = re.match(r"\s*(libmpi[\w.+-]*\.so[\w.]*)\s+=>\s+(\S+)", line)
         if m and m.group(2) != "not":
-            return os.path.realpath(m.group(2))
+            libs.append(m.group(2))
+    if libs:
+        return os.path.realpath(_prefer_libmpi(libs))
     raise InputError("does not load an MPI library (libmpi*.so): nothing to interpose", path=prog)
 
 
@@ -190,11 +212,12 @@ def build_shim(libmpi: str, *, mpicc: str | None = None, force: bool = False) ->
     mpicc = mpicc or find_mpicc(libmpi)
     src = shim_gen.generate()
     sh = shim_gen.source_hash(src)
-    key = hashlib.sha256(f"{libmpi}\n{mpicc}\n{sh}".encode()).hexdigest()[:16]
+    fort = fortran_library(libmpi)
+    key = hashlib.sha256(f"{libmpi}\n{mpicc}\n{sh}\n{fort}".encode()).hexdigest()[:16]
     d = cache_dir() / "shim" / key
     lib = d / "libpmacshim.so"
     if lib.exists() and not force:
-        return ShimBuild(library=str(lib), libmpi=libmpi, mpicc=mpicc, source_hash=sh)
+        return ShimBuild(library=str(lib), libmpi=libmpi, mpicc=mpicc, source_hash=sh, fortran_library=fort)
     d.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=d) as tmp:
         c = Path(tmp) / "pmac_shim.c"
@@ -202,12 +225,15 @@ def build_shim(libmpi: str, *, mpicc: str | None = None, force: bool = False) ->
         out = Path(tmp) / "libpmacshim.so"
         cmd = [mpicc, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-o", str(out), str(c),
                f"-Wl,-rpath,{os.path.dirname(libmpi)}"]
+        if fort:
+            cmd[1:1] = ["-DPMAC_FORTRAN"]
+            cmd.append(fort)
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise ToolMissingError(f"building the PMPI shim with {mpicc} failed: {r.stderr.strip()[-400:]}")
         shutil.copy2(c, d / "pmac_shim.c")
         os.replace(out, lib)
-    return ShimBuild(library=str(lib), libmpi=libmpi, mpicc=mpicc, source_hash=sh)
+    return ShimBuild(library=str(lib), libmpi=libmpi, mpicc=mpicc, source_hash=sh, fortran_library=fort)
 
 
 def shim_for(argv: list[str], env: dict | None = None) -> ShimBuild:

@@ -174,7 +174,7 @@ def _some_subs() -> str:
 
 # recording starts inside Init: time it unconditionally
 _INIT_PRE = "r.t_start_ns = pmac_now();"
-_INIT_ALWAYS = "if (pmac_rc == MPI_SUCCESS) pmac_start(); pmac_t1 = pmac_now();"
+_INIT_ALWAYS = "if (pmac_rc == MPI_SUCCESS) { pmac_start(); } pmac_t1 = pmac_now();"
 
 WRAPPERS: list[W] = [
     # --- init / finalize ---
@@ -319,6 +319,95 @@ def _wrapper(w: W, big: bool) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- Fortran (mpif.h / use mpi)
+#: rows without Fortran wrappers: matched probes (MPI_Message), 1-based index outputs,
+#: per-peer datatype arrays, non-blocking dup
+FORTRAN_SKIP = frozenset({"MPI_Mprobe", "MPI_Improbe", "MPI_Mrecv", "MPI_Imrecv", "MPI_Waitany", "MPI_Waitsome",
+                          "MPI_Testany", "MPI_Testsome", "MPI_Alltoallw", "MPI_Comm_idup"})
+#: Fortran argument lists that differ from C (besides the trailing ierr)
+FORTRAN_PARAMS = {"MPI_Init": "void", "MPI_Init_thread": "int required, int *provided"}
+_HANDLE_TYPES = {"MPI_Datatype": "Type", "MPI_Comm": "Comm", "MPI_Op": "Op", "MPI_Group": "Group",
+                 "MPI_Info": "Info", "MPI_Request": "Request"}
+
+
+def _fortran_wrapper(w: W) -> str | None:
+    """``mpi_xxx_`` calling ``pmpi_xxx_``: Fortran handles converted with MPI_*_f2c into C
+    variables named like the C parameters, so the row's C snippets apply unchanged."""
+    if w.name in FORTRAN_SKIP:
+        return None
+    params = FORTRAN_PARAMS.get(w.name, w.params).format(**_VARIANT_TYPES[False])
+    fparams, fargs, before, after = [], [], [], []
+    for p in ([] if params.strip() == "void" else [x.strip() for x in params.split(",")]):
+        name = _arg_names(p)[0]
+        typ = p[: p.rindex(name)].strip()
+        arr = p.rstrip().endswith("]")
+        f = f"f_{name}"
+        if typ.endswith("void *"):
+            fparams.append(f"{typ}{name}")
+            fargs.append(name)
+            continue
+        fparams.append(f"MPI_Fint *{f}")
+        fargs.append(f)
+        base = typ.replace("const", "").replace("*", "").strip()
+        if typ in ("int",):
+            before.append(f"int {name} = (int)*{f};")
+        elif base in _HANDLE_TYPES and "*" not in typ and not arr:
+            before.append(f"{base} {name} = PMPI_{_HANDLE_TYPES[base]}_f2c(*{f});")
+        elif typ == "const int" and arr:
+            before.append(f"const int *{name} = (const int *){f};")
+        elif typ == "int *":
+            before.append(f"int *{name} = (int *){f};")
+        elif typ == "MPI_Status *" and name == "status":
+            before.append(f"if ({f} == MPI_F_STATUS_IGNORE) {{ {f} = pmac_fst; }} MPI_Status {name}_c; "
+                          f"MPI_Status *{name} = &{name}_c;")
+            after.append(f"PMPI_Status_f2c({f}, &{name}_c);")
+        elif typ == "MPI_Status *":  # array_of_statuses, with `count` or `incount` requests
+            n = "count"
+            before.append(f"if ({f} == MPI_F_STATUSES_IGNORE) {{ {f} = pmac_fstbuf({n}); }} "
+                          f"MPI_Status *{name} = pmac_statbuf({n});")
+            after.append(f"for (int i = 0; i < {n}; i++) PMPI_Status_f2c({f} + (size_t)i * PMAC_FSTATUS, &{name}[i]);")
+        elif base == "MPI_Request" and arr:
+            before.append(f"MPI_Request *{name} = pmac_f2c_reqs({f}, count);")
+        elif base in _HANDLE_TYPES and typ.endswith("*"):
+            h = _HANDLE_TYPES[base]
+            before.append(f"{base} {name}_c = PMPI_{h}_f2c(*{f}); {base} *{name} = &{name}_c;")
+            after.append(f"{name}_c = PMPI_{h}_f2c(*{f});")
+        else:
+            raise ValueError(f"{w.name}: no Fortran conversion for parameter {p!r}")
+    fparams.append("MPI_Fint *ierr")
+    fargs.append("ierr")
+    fname = w.name.lower()
+    lines = [f"extern void p{fname}_({', '.join(fparams)});",
+             f"PMAC_VIS void {fname}_({', '.join(fparams)}) {{",
+             f"    PMAC_BEGIN(r, {int(w.op)});"]
+    lines += [f"    {b}" for b in before]
+    if w.pre:
+        lines.append(f"    {w.pre.replace('{BIG}', '0')}")
+    lines.append(f"    p{fname}_({', '.join(fargs)});")
+    lines.append("    int pmac_rc = (int)*ierr;")
+    lines.append("    int64_t pmac_t1 = pmac_on ? pmac_now() : 0;")
+    if w.always:
+        lines.append(f"    {w.always}")
+    lines.append("    if (pmac_on) {")
+    lines += [f"        {a}" for a in after if a]
+    lines.append(f"        PMAC_FILL(r, {int(w.op)}); r.t_end_ns = pmac_t1;")
+    lines.append("        {" + (f" {w.post.replace('{BIG}', '0')}" if w.post else ""))
+    lines.append("        r.flag |= 0x40; /* entered through the Fortran binding */")
+    lines.append("        pmac_push(&r);")
+    if w.subs:
+        lines.append(f"        {w.subs.replace('{BIG}', '0')}")
+    lines.append("        }")
+    lines.append("    }")
+    lines.append("    (void)pmac_rc;")
+    lines.append("    PMAC_VG_EXIT(pmac_s);")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def fortran_names() -> list[str]:
+    return [w.name.lower() + "_" for w in WRAPPERS if w.name not in FORTRAN_SKIP]
+
+
 def runtime_source() -> str:
     return resources.files("pmac").joinpath("shim/runtime.h").read_text()
 
@@ -335,6 +424,12 @@ def generate() -> str:
             out.append(_wrapper(w, True))
             out.append("#endif")
         out.append("")
+    out.append("#ifdef PMAC_FORTRAN /* MPIs whose Fortran layer calls PMPI_* directly (Open MPI's libmpi_mpifh) */")
+    for w in WRAPPERS:
+        f = _fortran_wrapper(w)
+        if f:
+            out += [f, ""]
+    out.append("#endif /* PMAC_FORTRAN */")
     return "\n".join(out)
 
 

@@ -290,6 +290,34 @@ static MPI_Status *pmac_statbuf(int n) {
     return pmac_stv;
 }
 
+#ifdef PMAC_FORTRAN
+/* Fortran status = PMAC_FSTATUS MPI_Fint; scratch statuses and converted request arrays */
+#define PMAC_FSTATUS ((int)(sizeof(MPI_Status) / sizeof(MPI_Fint)))
+_Static_assert(sizeof(MPI_Fint) == sizeof(int), "MPI_Fint is int");
+static MPI_Fint pmac_fst[PMAC_FSTATUS + 8];
+static MPI_Fint *pmac_fstv;
+static int pmac_fstcap;
+static MPI_Request *pmac_frq;
+static int pmac_frqcap;
+
+static MPI_Fint *pmac_fstbuf(int n) {
+    if (n > pmac_fstcap) {
+        pmac_fstcap = n * 2;
+        pmac_fstv = (MPI_Fint *)realloc(pmac_fstv, sizeof(MPI_Fint) * (size_t)PMAC_FSTATUS * (size_t)pmac_fstcap);
+    }
+    return pmac_fstv;
+}
+
+static MPI_Request *pmac_f2c_reqs(const MPI_Fint *f, int n) {
+    if (n > pmac_frqcap) {
+        pmac_frqcap = n * 2;
+        pmac_frq = (MPI_Request *)realloc(pmac_frq, sizeof(MPI_Request) * (size_t)pmac_frqcap);
+    }
+    for (int i = 0; i < n; i++) pmac_frq[i] = PMPI_Request_f2c(f[i]);
+    return pmac_frq;
+}
+#endif
+
 static inline void pmac_subreq(MPI_Request h, int completed, const MPI_Status *st) {
     pmac_rec s;
     memset(&s, 0, sizeof s);
