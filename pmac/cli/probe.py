@@ -1,0 +1,44 @@
+"""pmac probe --name NAME [--quick] [--out-dir machines]: measure this machine, write its profile."""
+
+from __future__ import annotations
+
+import sys
+
+from .progress import ProgressBar
+
+HELP = "probe this machine (memory, compute, network) and write machines/NAME.yaml"
+
+
+def add_arguments(p):
+    p.add_argument("--name", required=True, help="profile name: writes OUT_DIR/NAME.yaml and NAME.raw.npz")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (< 2 min on 2 cores)")
+    p.add_argument("--out-dir", default="machines", help="directory for the profile (default: machines)")
+    p.add_argument("--no-network", action="store_true", help="probe the node only (no MPI ping-pong)")
+    p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
+
+
+def run(args) -> int:
+    from ..probe import run_probe
+
+    bar = ProgressBar(f"probe {args.name}", enabled=True if args.progress else None)
+    try:
+        prof = run_probe(args.name, quick=args.quick, out_dir=args.out_dir, progress=bar,
+                         network=not args.no_network, command="pmac " + " ".join(sys.argv[1:]))
+    finally:
+        bar.close()
+    if prof is None:  # a non-root rank of an mpiexec job
+        return 0
+    for w in prof.provenance.get("warnings", []):
+        print(f"pmac probe: warning: {w}", file=sys.stderr)
+    node = prof.node
+    print(f"wrote {args.out_dir}/{prof.name}.yaml and {prof.raw_file} "
+          f"({prof.provenance.get('duration_s', 0):.0f} s)")
+    if node is not None:
+        levels = ", ".join(f"{c.name} {c.size_bytes // 1024} KiB" for c in node.caches)
+        mem = node.memory.bandwidth_1core_bytes_per_s.get("load_unit")
+        print(f"  {node.cpu_model}, {node.n_cores} cores; caches: {levels}; "
+              f"memory load bandwidth 1 core {mem / 1e9:.1f} GB/s" if mem else "")
+    lacking = prof.missing()
+    if lacking:
+        print(f"  profile lacks: {', '.join(lacking)}")
+    return 0

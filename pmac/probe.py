@@ -1,0 +1,230 @@
+"""``pmac probe``: run the node and network probes, fit them, write the machine profile.
+
+Order: memory bandwidth and latency, compute (in this process, numba kernels from ``probes/``),
+then the network (:func:`pmac.probe_network.measure_network`, which launches its own two-rank
+run, or measures in place when this process is already one rank of an ``mpiexec`` job).
+
+Nothing is written until every probe has finished: the raw sidecar ``NAME.raw.npz`` and
+``NAME.yaml`` are first written beside their targets under temporary names and then renamed,
+the sidecar first, with SIGINT/SIGTERM held back between the two renames. An interrupted or
+failed probe therefore leaves any previous profile and sidecar as they were.
+
+Conditions that are not errors but change the profile, recorded in ``provenance.warnings``:
+a point that never stabilised (with its spread), no MPI (the network section is skipped), a
+single core (no all-cores curves; no intra-node ping-pong), no cache information from the OS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from .errors import InputError, ProbeError, ToolMissingError
+from .fit import curves_from_raw, fit_node, latency_from_raw, os_caches
+from .profile import RAW_TABLES, ComputeModel, MachineProfile, NodeModel, save_profile
+from .schema import provenance, sha256_file
+from .table import save_tables
+
+Progress = Callable[[float, str], None]
+
+#: share of the progress bar per phase
+_PHASES = {"memory": (0.0, 0.62), "compute": (0.62, 0.70), "network": (0.70, 1.0)}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def clock_hz() -> float | None:
+    """Nominal clock: sysfs cpuinfo_max_freq, else /proc/cpuinfo 'cpu MHz' (None if neither)."""
+    try:
+        return float(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) * 1e3
+    except (OSError, ValueError):
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":", 1)[1]) * 1e6
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _sub(progress: Progress | None, phase: str) -> Progress:
+    lo, hi = _PHASES[phase]
+
+    def cb(fraction: float, message: str) -> None:
+        if progress:
+            progress(lo + (hi - lo) * min(max(fraction, 0.0), 1.0), message)
+    return cb
+
+
+def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
+    """ComputeModel from the raw ``compute`` table (medians of the repetitions)."""
+    def med(probe):
+        g = rows[rows["probe"] == probe]
+        if g.empty:
+            raise ProbeError(f"compute probe '{probe}' produced no values")
+        return g.groupby("param", sort=True)["value"].median()
+
+    sc, sv = med("flop_scalar"), med("flop_simd")
+    dep, br, miss = med("dependency"), med("branch"), med("branch_miss")
+    return ComputeModel(
+        isa=f"{isa['cpu_name']} (llvmlite {isa['llvmlite']})",
+        flop_per_s_scalar=float(sc.iloc[0]), flop_per_s_simd=float(sv.iloc[0]),
+        simd_width_bits=int(sv.index[0]), clock_hz=clock_hz(),
+        dependency_distance=tuple(float(d) for d in dep.index),
+        dependency_flop_per_s=tuple(float(v) for v in dep),
+        branch_miss_frac=tuple(float(miss[p]) for p in br.index),
+        branch_cost_s=tuple(float(v) for v in br))
+
+
+def measure_node(*, quick: bool, progress: Progress | None = None, memory_params=None):
+    """Run the memory and compute probes. Returns (NodeModel, raw tables, warnings, details)."""
+    from probes import compute as pc
+    from probes import memory as pm
+
+    p = memory_params or (pm.Params.quick() if quick else pm.Params())
+    n_cores = pm.n_cores_available()
+    warnings: list[str] = []
+    if n_cores < 2:
+        warnings.append("single core: no all-cores bandwidth curves")
+    bw, lat = pm.run(p, progress=_sub(progress, "memory"))
+    for r in bw:
+        if not r.stable:
+            warnings.append(f"bandwidth {r.access} {r.n_cores} core(s) {r.working_set_bytes} B did not stabilise: "
+                            f"spread {r.spread_frac:.1%} after {len(r.bandwidth_bytes_per_s)} repetitions")
+    t = pm.tables(bw, lat)
+    raw = {"bandwidth": RAW_TABLES["bandwidth"].coerce(pd.DataFrame(t["bandwidth"])),
+           "latency": RAW_TABLES["latency"].coerce(pd.DataFrame(t["latency"]))}
+    rows = pc.run(quick=quick, progress=_sub(progress, "compute"), threshold=p.threshold)
+    raw["compute"] = RAW_TABLES["compute"].coerce(pd.DataFrame(pc.tables(rows)))
+    isa = pc.isa()
+    comp = compute_model(raw["compute"], isa)
+
+    curves = curves_from_raw(raw["bandwidth"])
+    latency = latency_from_raw(raw["latency"])
+    oc, src = os_caches(n_cores)
+    fit = fit_node(curves, latency, n_cores=n_cores, os_view=oc, os_source=src)
+    if not oc:
+        warnings.append("no cache information from the OS (sysfs, lscpu): cache geometry from the measured plateaus only")
+    node = NodeModel(cpu_model=cpu_model(), n_cores=n_cores, caches=fit.caches, memory=fit.memory,
+                     compute=comp, bandwidth_curves=tuple(curves), latency_curve=latency)
+    details = {
+        "memory_probe": {**p.to_dict(), "all_cores": "numba prange threads, one per core, each on its own slice"},
+        "transparent_hugepage": pm.thp_setting(),
+        "isa": isa,
+        "os_caches": {"source": src, "levels": [dataclasses.asdict(c) for c in oc]},
+        "fit_notes": list(fit.notes),
+    }
+    return node, raw, warnings, details
+
+
+def _write_pair(profile: MachineProfile, raw: dict[str, pd.DataFrame], yaml_path: Path) -> MachineProfile:
+    """Write sidecar and YAML; the previous pair stays intact unless both renames happen."""
+    yaml_path.parent.mkdir(parents=True, exist_ok=True)
+    raw_final = yaml_path.with_name(f"{profile.name}.raw.npz")
+    fd, tmp = tempfile.mkstemp(prefix=f".{raw_final.name}.", dir=yaml_path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        save_tables(tmp, raw, RAW_TABLES)
+        profile = dataclasses.replace(profile, raw_file=raw_final.name, raw_sha256=sha256_file(tmp))
+        fd, tmp_yaml = tempfile.mkstemp(prefix=f".{yaml_path.name}.", dir=yaml_path.parent)
+        os.close(fd)
+        tmp_yaml = Path(tmp_yaml)
+        try:
+            save_profile(profile, tmp_yaml)
+            blocked = {signal.SIGINT, signal.SIGTERM}
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+            try:
+                os.replace(tmp, raw_final)
+                os.replace(tmp_yaml, yaml_path)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        finally:
+            tmp_yaml.unlink(missing_ok=True)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return profile
+
+
+def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progress: Progress | None = None,
+              network: bool = True, command: str | None = None, memory_params=None) -> MachineProfile | None:
+    """Probe this machine and write ``out_dir/NAME.yaml`` (+ ``NAME.raw.npz``); return the profile.
+
+    Under ``mpiexec`` (several ranks) every rank takes part in the network probe and only rank
+    0 probes the node and writes; the other ranks return None.
+    """
+    if not name or "/" in name or name.startswith("."):
+        raise InputError(f"invalid machine name {name!r} (a plain file name, no '/')")
+    out_dir = Path(out_dir)
+    yaml_path = out_dir / f"{name}.yaml"
+    t0 = time.monotonic()
+    warnings: list[str] = []
+    net_model, net_raw, net_note = None, {}, None
+    rank = 0
+    in_job = False
+    if network:
+        try:
+            from . import probe_network
+        except ImportError:  # pragma: no cover - the network side is optional in a build
+            probe_network = None
+            net_note = "network probe not available in this build: network section skipped"
+        if probe_network is not None and probe_network.job_size() > 1:
+            in_job = True
+            from mpi4py import MPI
+            rank = MPI.COMM_WORLD.Get_rank()
+            net_model, net_raw = probe_network.measure_network(quick=quick, workdir=out_dir,
+                                                               progress=_sub(progress if rank == 0 else None, "network"))
+            if rank != 0:
+                return None
+    node, raw, node_warn, details = measure_node(quick=quick, progress=progress, memory_params=memory_params)
+    warnings += node_warn
+    if network and not in_job and net_note is None:
+        if node.n_cores < 2:
+            net_note = "single core: intra-node ping-pong needs two cores; network section skipped"
+        else:
+            try:
+                with tempfile.TemporaryDirectory(prefix="pmac-probe-") as wd:
+                    net_model, net_raw = probe_network.measure_network(quick=quick, workdir=Path(wd),
+                                                                       progress=_sub(progress, "network"))
+            except ToolMissingError as exc:
+                net_note = f"no MPI ({exc}): network section skipped"
+    elif not network:
+        net_note = "network not probed (--no-network)"
+    if net_note:
+        warnings.append(net_note)
+    raw.update({k: v for k, v in net_raw.items() if k in RAW_TABLES})
+    mpi_lib = net_model.mpi_library if net_model else ""
+    if not mpi_lib:
+        try:
+            from .mpi import find_mpi
+            mpi_lib = find_mpi().version_text
+        except ToolMissingError:
+            mpi_lib = "none found"
+    import numba
+    prov = provenance(command=command, parameters={"quick": quick, "memory": details.pop("memory_probe")},
+                      cpu_model=node.cpu_model, n_cores=node.n_cores, mpi_library=mpi_lib,
+                      numba_version=numba.__version__, duration_s=round(time.monotonic() - t0, 1),
+                      warnings=warnings, **details)
+    profile = MachineProfile(name=name, description=f"probed on {prov['host']} ({node.cpu_model})",
+                             node=node, network=net_model, n_nodes=1, provenance=prov)
+    if progress:
+        progress(1.0, "writing")
+    return _write_pair(profile, raw, yaml_path)

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Compute probes: flop rate per core (scalar and SIMD), dependency and branch probes.
+
+Runs on its own (copy it to a new system; it needs only numpy and numba)::
+
+    python probes/compute.py --quick     # prints one line per repetition
+
+Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param, rep, value):
+
+- ``flop_scalar`` / ``flop_simd`` (value: flop/s; param: SIMD width in bits the compiled loop
+  uses, read from its assembly): ``s += poly(x[i])`` over an L1-resident array, 8 dependent
+  multiply-adds per element (16 flop + 1 add). Without ``fastmath`` the reduction must stay in
+  order, so LLVM keeps it scalar; with ``fastmath`` it vectorises (and contracts to FMA). Both
+  leave many independent elements in flight, so they measure throughput, not latency.
+- ``dependency`` (param: def-use distance d; value: flop/s): d independent accumulator chains
+  ``x_j = x_j * c + e`` interleaved in one loop, so each floating-point result is used d
+  instructions later (in units of the memory signatures' ``dep_distance``). Short distances
+  expose the instruction latency; the rate saturates once d covers latency x issue width.
+- ``branch`` (param: probability p that the branch is taken, outcomes iid; value: seconds per
+  branch): a loop whose body branches on a precomputed random byte; the taken side stores, so
+  the compiler keeps a real conditional jump. ``branch_miss`` rows (param p, value 2p(1-p)) give
+  the miss fraction a last-outcome predictor would have on that stream, the unit memory
+  signatures use for ``branch_miss_frac``.
+
+The instruction set the kernels were compiled for is recorded (``isa()``): the LLVM target CPU
+name numba uses and its features.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+from numba import njit
+
+_POLY = 8  # multiply-adds per element in the flop kernels
+
+
+@njit(cache=True)
+def _flop_scalar(x, reps, c, e):
+    s = 0.0
+    for _ in range(reps):
+        for i in range(x.size):
+            v = x[i]
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            s += v
+    return s
+
+
+@njit(cache=True, fastmath=True)
+def _flop_simd(x, reps, c, e):
+    s = 0.0
+    for _ in range(reps):
+        for i in range(x.size):
+            v = x[i]
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            v = v * c + e
+            s += v
+    return s
+
+
+FLOP_PER_ELEMENT = 2 * _POLY + 1
+
+
+def _make_chain_kernel(d: int):
+    """A kernel with d interleaved independent chains x_j = x_j * c + e (2 flop each)."""
+    init = "\n".join(f"    x{j} = 1.0 + {j} * 1e-3" for j in range(d))
+    body = "\n".join(f"        x{j} = x{j} * c + e" for j in range(d))
+    total = " + ".join(f"x{j}" for j in range(d))
+    src = f"def chain{d}(n, c, e):\n{init}\n    for _ in range(n):\n{body}\n    return {total}\n"
+    ns: dict = {}
+    exec(compile(src, f"<chain{d}>", "exec"), ns)
+    # no fastmath: the multiply and the add stay separate dependent instructions
+    return njit(cache=False)(ns[f"chain{d}"])
+
+
+DEP_DISTANCES = (1, 2, 3, 4, 6, 8, 12, 16)
+_CHAINS: dict = {}
+
+
+def chain_kernel(d: int):
+    if d not in _CHAINS:
+        _CHAINS[d] = _make_chain_kernel(d)
+    return _CHAINS[d]
+
+
+@njit(cache=True)
+def _branchy(r, reps, out):
+    k = 0
+    for _ in range(reps):
+        for i in range(r.size):
+            if r[i]:
+                out[k & 1023] = i
+                k += 1
+            else:
+                k += 3
+    return k
+
+
+def simd_width_bits(fn, *args) -> int:
+    """The widest register the compiled kernel's packed-double arithmetic uses (zmm 512, ymm
+    256, xmm 128; 64 when it is all scalar ``sd``). Cached code cannot be inspected, so this
+    compiles a private uncached copy with the same options and inspects that."""
+    import re
+    opts = {k: v for k, v in fn.targetoptions.items() if k in ("fastmath", "boundscheck", "parallel")}
+    fresh = njit(**opts)(fn.py_func)
+    fresh(*args)
+    asm = fresh.inspect_asm(fresh.signatures[0])
+    widths = [64]
+    for m in re.finditer(r"\tv(?:mul|add|sub|fmadd\d*|fmsub\d*|fnmadd\d*)pd\t([^\n]*)", asm):
+        ops = m.group(1)
+        widths.append(512 if "%zmm" in ops else 256 if "%ymm" in ops else 128)
+    return max(widths)
+
+
+def isa() -> dict:
+    """LLVM target CPU name and features numba compiles for."""
+    import llvmlite.binding as llvm
+    import numba
+    name = numba.config.CPU_NAME or llvm.get_host_cpu_name()
+    feats = numba.config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()
+    on = sorted(f[1:] for f in feats.split(",") if f.startswith("+"))
+    return {"cpu_name": name, "features": " ".join(on), "numba": numba.__version__,
+            "llvmlite": __import__("llvmlite").__version__}
+
+
+def _timeit(fn, target_s: float, reps_min: int, reps_max: int, threshold: float, *, scale) -> list:
+    """Call fn(n) with n doubled until it takes target_s; then repeat; return values scale(n, dt)."""
+    n = 1
+    fn(1)
+    while True:
+        t0 = time.perf_counter()
+        fn(n)
+        dt = time.perf_counter() - t0
+        if dt >= target_s or n >= 1 << 40:
+            break
+        n *= 2 if dt > target_s / 16 else 16
+    out = []
+    while len(out) < reps_max:
+        t0 = time.perf_counter()
+        fn(n)
+        out.append(scale(n, time.perf_counter() - t0))
+        if len(out) >= reps_min:
+            w = np.asarray(out[-reps_min:])
+            if (w.max() - w.min()) / np.median(w) < threshold:
+                break
+    return out
+
+
+def run(*, quick: bool = False, progress=None, threshold: float = 0.02) -> list[tuple[str, float, int, float]]:
+    """All compute probes; rows (probe, param, rep, value)."""
+    target = 0.002 if quick else 0.005
+    rmin, rmax = (3, 6) if quick else (5, 15)
+    rows: list[tuple[str, float, int, float]] = []
+
+    def add(probe, param, values):
+        rows.extend((probe, float(param), i, float(v)) for i, v in enumerate(values))
+
+    probabilities = (0.0, 0.1, 0.25, 0.5) if quick else (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+    distances = (1, 2, 4, 8, 16) if quick else DEP_DISTANCES
+    steps = 2 + len(distances) + len(probabilities)
+    done = 0
+
+    def tick(msg):
+        nonlocal done
+        if progress:
+            progress(done / steps, msg)
+        done += 1
+
+    x = np.linspace(0.5, 1.0, 512)  # 4 KiB: L1-resident
+    c, e = 0.999, 1e-4
+    for probe, fn in (("flop_scalar", _flop_scalar), ("flop_simd", _flop_simd)):
+        tick(probe)
+        vals = _timeit(lambda n: fn(x, n, c, e), target, rmin, rmax, threshold,
+                       scale=lambda n, dt: FLOP_PER_ELEMENT * x.size * n / dt)
+        add(probe, simd_width_bits(fn, x, 1, c, e), vals)
+    for d in distances:
+        tick(f"dependency d={d}")
+        k = chain_kernel(d)
+        vals = _timeit(lambda n: k(n, c, e), target, rmin, rmax, threshold,
+                       scale=lambda n, dt: 2.0 * d * n / dt)
+        add("dependency", d, vals)
+    rng = np.random.default_rng(3)
+    out = np.zeros(1024, dtype=np.int64)
+    for p in probabilities:
+        tick(f"branch p={p}")
+        r = (rng.random(1 << 20) < p).astype(np.uint8)
+        vals = _timeit(lambda n: _branchy(r, n, out), target, rmin, rmax, threshold,
+                       scale=lambda n, dt: dt / (n * r.size))
+        add("branch", p, vals)
+        add("branch_miss", p, [2 * p * (1 - p)])
+    if progress:
+        progress(1.0, "compute done")
+    return rows
+
+
+def tables(rows) -> dict[str, np.ndarray]:
+    return {"probe": np.array([r[0] for r in rows], dtype="U24"),
+            "param": np.array([r[1] for r in rows], dtype=np.float64),
+            "rep": np.array([r[2] for r in rows], dtype=np.int32),
+            "value": np.array([r[3] for r in rows], dtype=np.float64)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", help="write the raw table to this .npz (compute/<column>)")
+    a = ap.parse_args(argv)
+    print(f"# isa={isa()}")
+    rows = run(quick=a.quick)
+    print("probe param rep value")
+    for r in rows:
+        print(r[0], r[1], r[2], f"{r[3]:.6e}")
+    if a.out:
+        np.savez(a.out, **{f"compute/{k}": v for k, v in tables(rows).items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

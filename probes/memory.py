@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""Memory probes (MAPS-like): bandwidth and pointer-chase latency against working-set size.
+
+Runs on its own (copy it to a new system; it needs only numpy and numba)::
+
+    python probes/memory.py --quick            # prints one line per repetition
+    python probes/memory.py --out mem.npz      # one array per table/column (pmac RAW_TABLES layout)
+
+What is measured
+----------------
+*Bandwidth* for the access kinds ``load_unit`` (sum of a float64 array, unit stride),
+``load_random`` (gather ``a[idx[i]]`` through an int32 random permutation; bytes counted = the
+8-byte data load plus the 4-byte index load, i.e. every byte loaded), ``store`` (fill a float64
+array) and ``copy`` (``b[i] = a[i]``; bytes counted both ways). ``working_set_bytes`` is every
+byte the kernel touches per sweep (for ``copy`` both arrays, for ``load_random`` data + index).
+
+*All cores at once*: one numba ``prange`` thread per core (``parallel=True``, the numba
+threading layer), each thread sweeping its own contiguous slice of the same arrays, so the
+working set is the total over all cores (a private 32 KiB L1 per core shows up at 2 x 32 KiB
+with 2 cores). Bandwidth is the sum over cores.
+
+*Latency*: a pointer chase through one pointer per 64-byte line in a random cyclic order
+(Sattolo's algorithm), so neither prefetchers nor the out-of-order core can overlap loads.
+
+*Repetition*: each repetition times enough sweeps to take about ``--rep-ms``; a point is
+repeated until the relative spread (max - min) / median of its last ``--window`` repetitions
+falls below ``--threshold`` or ``--max-reps`` is reached; every repetition is kept, and a point
+that never stabilised is flagged with its spread.
+
+Buffers are numpy arrays: numpy asks for transparent huge pages (``madvise``) on large
+allocations, so the setting in ``/sys/kernel/mm/transparent_hugepage/enabled`` matters for
+large working sets and is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit, prange, get_num_threads, set_num_threads
+
+ACCESS_KINDS = ("load_unit", "load_random", "store", "copy")
+LINE_BYTES = 64
+
+
+# ------------------------------------------------------------------ kernels (one core)
+
+@njit(cache=True, fastmath=True)
+def _load_unit(a, sweeps):
+    s = 0.0
+    for _ in range(sweeps):
+        for i in range(a.size):
+            s += a[i]
+    return s
+
+
+@njit(cache=True, fastmath=True)
+def _load_random(a, idx, sweeps):
+    s = 0.0
+    for _ in range(sweeps):
+        for i in range(idx.size):
+            s += a[idx[i]]
+    return s
+
+
+@njit(cache=True)
+def _store(a, sweeps):
+    for r in range(sweeps):
+        v = float(r)
+        for i in range(a.size):
+            a[i] = v
+    return a[0]
+
+
+@njit(cache=True)
+def _copy(a, b, sweeps):
+    for _ in range(sweeps):
+        for i in range(a.size):
+            b[i] = a[i]
+    return b[0]
+
+
+# ------------------------------------------------------------------ kernels (all cores)
+
+@njit(cache=True, parallel=True, fastmath=True)
+def _load_unit_par(a, sweeps, n_threads):
+    n = a.size
+    out = np.zeros(n_threads)
+    for t in prange(n_threads):
+        lo = n * t // n_threads
+        hi = n * (t + 1) // n_threads
+        s = 0.0
+        for _ in range(sweeps):
+            for i in range(lo, hi):
+                s += a[i]
+        out[t] = s
+    return out.sum()
+
+
+@njit(cache=True, parallel=True, fastmath=True)
+def _load_random_par(a, idx, sweeps, n_threads):
+    # idx holds, for each slice, a permutation of that slice's own indices
+    n = idx.size
+    out = np.zeros(n_threads)
+    for t in prange(n_threads):
+        lo = n * t // n_threads
+        hi = n * (t + 1) // n_threads
+        s = 0.0
+        for _ in range(sweeps):
+            for i in range(lo, hi):
+                s += a[idx[i]]
+        out[t] = s
+    return out.sum()
+
+
+@njit(cache=True, parallel=True)
+def _store_par(a, sweeps, n_threads):
+    n = a.size
+    for t in prange(n_threads):
+        lo = n * t // n_threads
+        hi = n * (t + 1) // n_threads
+        for r in range(sweeps):
+            v = float(r)
+            for i in range(lo, hi):
+                a[i] = v
+    return a[0]
+
+
+@njit(cache=True, parallel=True)
+def _copy_par(a, b, sweeps, n_threads):
+    n = a.size
+    for t in prange(n_threads):
+        lo = n * t // n_threads
+        hi = n * (t + 1) // n_threads
+        for _ in range(sweeps):
+            for i in range(lo, hi):
+                b[i] = a[i]
+    return b[0]
+
+
+# ------------------------------------------------------------------ pointer chase
+
+@njit(cache=True)
+def _sattolo_lines(n_lines, stride, seed):
+    """next[line*stride] = (next line)*stride along one random cycle through all lines."""
+    np.random.seed(seed)
+    order = np.arange(n_lines)
+    for i in range(n_lines - 1, 0, -1):
+        j = np.random.randint(0, i)  # j < i: Sattolo, a single cycle
+        order[i], order[j] = order[j], order[i]
+    nxt = np.zeros(n_lines * stride, dtype=np.int64)
+    for i in range(n_lines):
+        nxt[i * stride] = order[i] * stride
+    return nxt
+
+
+@njit(cache=True)
+def _chase(nxt, steps):
+    p = 0
+    for _ in range(steps):
+        p = nxt[p]
+    return p
+
+
+@njit(cache=True)
+def _permutation_in_slices(n, n_slices, seed):
+    """int32 indices: within each of n_slices contiguous slices, a random permutation of it."""
+    np.random.seed(seed)
+    idx = np.empty(n, dtype=np.int32)
+    for t in range(n_slices):
+        lo = n * t // n_slices
+        hi = n * (t + 1) // n_slices
+        for i in range(lo, hi):
+            idx[i] = i
+        for i in range(hi - 1, lo, -1):
+            j = lo + np.random.randint(0, i - lo + 1)
+            idx[i], idx[j] = idx[j], idx[i]
+    return idx
+
+
+# ------------------------------------------------------------------ front end
+
+@dataclass
+class Params:
+    min_bytes: int = 4 * 1024
+    max_bytes: int = 128 * 1024 * 1024
+    points_per_doubling: int = 4
+    rep_s: float = 0.004
+    threshold: float = 0.02
+    window: int = 5
+    min_reps: int = 5
+    max_reps: int = 25
+    point_budget_s: float = 1.5
+    latency_steps_min: int = 200_000
+    accesses: tuple = ACCESS_KINDS
+    core_counts: tuple = ()          # () -> (1, all cores)
+
+    @classmethod
+    def quick(cls) -> "Params":
+        return cls(points_per_doubling=2, rep_s=0.002, window=3, min_reps=3, max_reps=6,
+                   point_budget_s=0.3, latency_steps_min=100_000)
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["accesses"] = list(self.accesses)
+        d["core_counts"] = list(self.core_counts)
+        return d
+
+
+@dataclass
+class PointResult:
+    access: str
+    n_cores: int
+    working_set_bytes: int
+    bandwidth_bytes_per_s: list = field(default_factory=list)
+    spread_frac: float = 0.0
+    stable: bool = True
+
+
+def working_sets(p: Params) -> list[int]:
+    """Working-set sizes: ``points_per_doubling`` per doubling, multiples of 64 B."""
+    n = int(round(np.log2(p.max_bytes / p.min_bytes) * p.points_per_doubling))
+    sizes = p.min_bytes * 2.0 ** (np.arange(n + 1) / p.points_per_doubling)
+    out = sorted({int(round(s / 1024)) * 1024 for s in sizes})
+    return out
+
+
+def thp_setting() -> str:
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip()
+    except OSError:
+        return "unknown"
+    return text[text.find("[") + 1:text.find("]")] if "[" in text else text
+
+
+def spread(values) -> float:
+    v = np.asarray(values, dtype=np.float64)
+    med = np.median(v)
+    return float((v.max() - v.min()) / med) if med > 0 else float("inf")
+
+
+class _Point:
+    """Buffers and a timed call ``run(sweeps)`` for one access kind, size and core count."""
+
+    def __init__(self, access: str, ws_bytes: int, n_cores: int, seed: int = 1):
+        self.access, self.n_cores = access, n_cores
+        if access == "load_random":
+            n = max(ws_bytes // 12, n_cores)
+            self.a = np.full(n, 1.0)
+            self.idx = _permutation_in_slices(n, n_cores, seed)
+            self.bytes_per_sweep = 12 * n
+        elif access == "copy":
+            n = max(ws_bytes // 16, n_cores)
+            self.a = np.full(n, 1.0)
+            self.b = np.zeros(n)
+            self.bytes_per_sweep = 16 * n
+        else:
+            n = max(ws_bytes // 8, n_cores)
+            self.a = np.full(n, 1.0)
+            self.bytes_per_sweep = 8 * n
+        self.ws_bytes = self.bytes_per_sweep
+
+    def run(self, sweeps: int) -> float:
+        a, k = self.access, self.n_cores
+        t0 = time.perf_counter()
+        if k == 1:
+            if a == "load_unit":
+                _load_unit(self.a, sweeps)
+            elif a == "load_random":
+                _load_random(self.a, self.idx, sweeps)
+            elif a == "store":
+                _store(self.a, sweeps)
+            else:
+                _copy(self.a, self.b, sweeps)
+        else:
+            if a == "load_unit":
+                _load_unit_par(self.a, sweeps, k)
+            elif a == "load_random":
+                _load_random_par(self.a, self.idx, sweeps, k)
+            elif a == "store":
+                _store_par(self.a, sweeps, k)
+            else:
+                _copy_par(self.a, self.b, sweeps, k)
+        return time.perf_counter() - t0
+
+
+def measure_point(access: str, ws_bytes: int, n_cores: int, p: Params) -> PointResult:
+    """Repeat one point until its last ``window`` repetitions agree within ``threshold``."""
+    pt = _Point(access, ws_bytes, n_cores)
+    pt.run(1)  # warm: first touch, page faults, caches
+    # calibrate: double the sweeps until one repetition takes rep_s (this also amortises the
+    # thread start of the all-cores kernels, ~10 us on a quiet machine)
+    sweeps, dt = 1, pt.run(1)
+    while dt < p.rep_s and sweeps < 1 << 30:
+        sweeps *= 2 if dt > p.rep_s / 16 else 8
+        dt = pt.run(sweeps)
+    res = PointResult(access=access, n_cores=n_cores, working_set_bytes=int(pt.ws_bytes))
+    t_start = time.perf_counter()
+    while True:
+        dt = pt.run(sweeps)
+        res.bandwidth_bytes_per_s.append(pt.bytes_per_sweep * sweeps / dt)
+        reps = len(res.bandwidth_bytes_per_s)
+        if reps >= max(p.min_reps, p.window):
+            res.spread_frac = spread(res.bandwidth_bytes_per_s[-p.window:])
+            if res.spread_frac < p.threshold:
+                break
+            if reps >= p.max_reps or (time.perf_counter() - t_start > p.point_budget_s and reps >= p.min_reps):
+                res.stable = False
+                break
+    return res
+
+
+def measure_latency_point(ws_bytes: int, p: Params) -> tuple[int, list[float]]:
+    """Pointer chase; returns (working_set_bytes, seconds per load for each repetition)."""
+    stride = LINE_BYTES // 8
+    n_lines = max(ws_bytes // LINE_BYTES, 2)
+    nxt = _sattolo_lines(n_lines, stride, 7)
+    steps = max(p.latency_steps_min, 2 * n_lines)
+    _chase(nxt, n_lines)  # warm
+    out = []
+    for _ in range(max(p.min_reps, 3)):
+        t0 = time.perf_counter()
+        _chase(nxt, steps)
+        out.append((time.perf_counter() - t0) / steps)
+        if len(out) >= p.window and spread(out[-p.window:]) < p.threshold:
+            break
+    return n_lines * LINE_BYTES, out
+
+
+def n_cores_available() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+def run(p: Params, progress=None):
+    """Run every bandwidth and latency point. Returns (bandwidth points, latency points).
+
+    ``progress(fraction, message)`` is called between points; an exception it raises stops
+    the probe (that is how an interrupted run is simulated in tests).
+    """
+    sizes = working_sets(p)
+    ncores = n_cores_available()
+    cores = tuple(p.core_counts) or ((1, ncores) if ncores > 1 else (1,))
+    if max(cores) > get_num_threads():
+        set_num_threads(min(max(cores), get_num_threads()))
+    todo = [(a, s, k) for k in cores for a in p.accesses for s in sizes]
+    total = len(todo) + len(sizes)
+    bw, lat = [], []
+    for i, (a, s, k) in enumerate(todo):
+        if progress:
+            progress(i / total, f"bandwidth {a} {k} core(s) {s // 1024} KiB")
+        bw.append(measure_point(a, s, k, p))
+    for j, s in enumerate(sizes):
+        if progress:
+            progress((len(todo) + j) / total, f"latency {s // 1024} KiB")
+        lat.append(measure_latency_point(s, p))
+    if progress:
+        progress(1.0, "memory done")
+    return bw, lat
+
+
+def tables(bw, lat) -> dict[str, dict[str, np.ndarray]]:
+    """Columns of the ``bandwidth`` and ``latency`` raw tables, one row per repetition."""
+    rows = [(r.access, r.n_cores, r.working_set_bytes, i, v)
+            for r in bw for i, v in enumerate(r.bandwidth_bytes_per_s)]
+    b = {"access": np.array([x[0] for x in rows], dtype="U16"),
+         "n_cores": np.array([x[1] for x in rows], dtype=np.int32),
+         "working_set_bytes": np.array([x[2] for x in rows], dtype=np.int64),
+         "rep": np.array([x[3] for x in rows], dtype=np.int32),
+         "bandwidth_bytes_per_s": np.array([x[4] for x in rows], dtype=np.float64)}
+    lrows = [(ws, i, v) for ws, vals in lat for i, v in enumerate(vals)]
+    lt = {"working_set_bytes": np.array([x[0] for x in lrows], dtype=np.int64),
+          "rep": np.array([x[1] for x in lrows], dtype=np.int32),
+          "latency_s": np.array([x[2] for x in lrows], dtype=np.float64)}
+    return {"bandwidth": b, "latency": lt}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 points per doubling, fewer repetitions")
+    ap.add_argument("--max-bytes", type=int, help="largest working set (default 128 MiB)")
+    ap.add_argument("--access", action="append", choices=ACCESS_KINDS, help="access kind(s)")
+    ap.add_argument("--cores", type=int, action="append", help="core count(s) (default 1 and all)")
+    ap.add_argument("--threshold", type=float, help="relative spread to stop repeating (default 0.02)")
+    ap.add_argument("--out", help="write the raw tables to this .npz")
+    a = ap.parse_args(argv)
+    p = Params.quick() if a.quick else Params()
+    if a.max_bytes:
+        p.max_bytes = a.max_bytes
+    if a.access:
+        p.accesses = tuple(a.access)
+    if a.cores:
+        p.core_counts = tuple(a.cores)
+    if a.threshold:
+        p.threshold = a.threshold
+    print(f"# transparent_hugepage={thp_setting()} params={p.to_dict()}")
+    bw, lat = run(p)
+    print("access n_cores working_set_bytes rep bandwidth_bytes_per_s")
+    for r in bw:
+        for i, v in enumerate(r.bandwidth_bytes_per_s):
+            print(r.access, r.n_cores, r.working_set_bytes, i, f"{v:.6e}")
+        if not r.stable:
+            print(f"# WARNING: {r.access} {r.n_cores} core(s) {r.working_set_bytes} B did not stabilise: "
+                  f"spread {r.spread_frac:.1%}")
+    print("working_set_bytes rep latency_s")
+    for ws, vals in lat:
+        for i, v in enumerate(vals):
+            print(ws, i, f"{v:.6e}")
+    if a.out:
+        t = tables(bw, lat)
+        np.savez(a.out, **{f"{k}/{c}": v for k, cols in t.items() for c, v in cols.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Real (small) probe runs: memory curves, latency, compute, the profile writer, interruption."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from pmac.cli import main
+from pmac.errors import InputError
+from pmac.probe import run_probe
+from pmac.profile import load_profile, verify_raw
+from probes import compute as pc
+from probes import memory as pm
+
+KiB, MiB = 1024, 1024 ** 2
+
+
+def small_params(**kw):
+    p = pm.Params(min_bytes=16 * KiB, max_bytes=64 * MiB, points_per_doubling=1, rep_s=0.002,
+                  window=3, min_reps=3, max_reps=5, point_budget_s=0.2, latency_steps_min=50_000,
+                  accesses=("load_unit",), core_counts=(1,))
+    return dataclasses.replace(p, **kw)
+
+
+@pytest.fixture(scope="module")
+def memory_run():
+    return pm.run(small_params())
+
+
+def test_bandwidth_falls_from_l1_to_memory_and_latency_rises(memory_run):
+    bw, lat = memory_run
+    curve = {r.working_set_bytes: np.median(r.bandwidth_bytes_per_s) for r in bw}
+    l1, mem = curve[16 * KiB], curve[64 * MiB]
+    assert l1 > 2 * mem > 0  # L1 vs main memory: at least 2x on any machine of the last 20 years
+    lats = dict((ws, np.median(v)) for ws, v in lat)
+    assert all(v > 0 for v in lats.values())
+    assert lats[64 * MiB] > 3 * lats[16 * KiB]
+    assert 0.1e-9 < lats[16 * KiB] < 10e-9
+
+
+def test_every_repetition_is_kept(memory_run):
+    bw, lat = memory_run
+    t = pm.tables(bw, lat)
+    assert len(t["bandwidth"]["rep"]) == sum(len(r.bandwidth_bytes_per_s) for r in bw)
+    assert all(len(r.bandwidth_bytes_per_s) >= 3 for r in bw)
+    assert t["latency"]["latency_s"].min() > 0
+
+
+def test_point_that_never_stabilises_is_reported():
+    # a zero threshold cannot be met: the point stops at the cap and says how far it was
+    r = pm.measure_point("load_unit", 64 * KiB, 1, small_params(threshold=0.0, max_reps=4))
+    assert not r.stable and len(r.bandwidth_bytes_per_s) == 4
+    assert r.spread_frac == pytest.approx(pm.spread(r.bandwidth_bytes_per_s[-3:]))
+
+
+def test_working_sets_have_points_per_doubling():
+    sizes = pm.working_sets(pm.Params())
+    assert sizes[0] == 4 * KiB and sizes[-1] == 128 * MiB
+    assert len(sizes) == 15 * 4 + 1
+    assert pm.working_sets(pm.Params.quick())[-1] == 128 * MiB
+
+
+def test_branch_and_dependency_probes_measure_something():
+    rows = pc.run(quick=True)
+    vals = {}
+    for probe, param, _, v in rows:
+        vals.setdefault((probe, param), []).append(v)
+    # best repetition: robust against being descheduled on a shared machine
+    med = {k: float(max(v) if k[0] != "branch" else min(v)) for k, v in vals.items()}
+    assert med[("branch_miss", 0.5)] == 0.5 and med[("branch_miss", 0.1)] == pytest.approx(0.18)
+    # unpredictable branches cost more than never-taken ones
+    assert med[("branch", 0.5)] > 1.3 * med[("branch", 0.0)]
+    # 8 independent chains run faster than one dependent chain
+    assert med[("dependency", 8.0)] > 2 * med[("dependency", 1.0)]
+    assert med[("flop_simd", next(p for (n, p) in med if n == "flop_simd"))] > 0
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("machines")
+    msgs = []
+    prof = run_probe("tiny", quick=True, out_dir=out, network=False,
+                     progress=lambda f, m: msgs.append((f, m)),
+                     memory_params=small_params(accesses=("load_unit", "store"), threshold=0.0, max_reps=3))
+    return out, prof, msgs
+
+
+def test_profile_written_and_reloaded(probed):
+    out, prof, msgs = probed
+    path = out / "tiny.yaml"
+    back = load_profile(path)
+    verify_raw(back, path)
+    assert back.raw_file == "tiny.raw.npz"
+    assert back.node.caches and back.node.memory.bandwidth_1core_bytes_per_s["load_unit"] > 0
+    assert back.node.caches[0].bandwidth_1core_bytes_per_s["load_unit"] > \
+        back.node.memory.bandwidth_1core_bytes_per_s["load_unit"]
+    assert back.node.compute.flop_per_s_simd > 0
+    assert back.network is None and "network.intra_node" in back.missing()
+    prov = back.provenance
+    for key in ("cpu_model", "n_cores", "mpi_library", "numba_version", "transparent_hugepage", "isa",
+                "os_caches", "created_utc", "command", "parameters"):
+        assert key in prov, key
+    # threshold 0: every point is reported as unstable, with its spread
+    assert any("did not stabilise: spread" in w for w in prov["warnings"])
+    assert "network not probed (--no-network)" in prov["warnings"]
+    assert msgs[-1][0] == 1.0 and all(0 <= f <= 1 for f, _ in msgs)
+
+
+def test_interrupted_probe_leaves_previous_profile_intact(probed, tmp_path):
+    src, _, _ = probed
+    for f in ("tiny.yaml", "tiny.raw.npz"):
+        (tmp_path / f).write_bytes((src / f).read_bytes())
+    before = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
+
+    class Stop(Exception):
+        pass
+
+    def progress(fraction, msg):
+        if fraction > 0.3:
+            raise Stop(msg)
+
+    with pytest.raises(Stop):
+        run_probe("tiny", quick=True, out_dir=tmp_path, network=False, progress=progress,
+                  memory_params=small_params())
+    after = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
+    assert after == before  # byte-identical, and no temporary files left behind
+
+
+def test_cli_rejects_bad_name(capsys, tmp_path):
+    assert main(["probe", "--name", "a/b", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pmac probe: error: invalid machine name 'a/b' (a plain file name, no '/')"]
+    with pytest.raises(InputError):
+        run_probe("", quick=True, out_dir=tmp_path)
