@@ -376,3 +376,154 @@ def emulated_cluster(n_nodes: int, rate: str | float | None = None, *, prefix: s
         finally:
             _teardown(prefix)
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- machine variants
+
+TRANSPORTS = ("shm", "tcp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One emulated machine: shared memory on the host, or TCP between namespace nodes.
+
+    ``name`` is the machine profile's name (``machines/<name>.yaml``).
+    """
+
+    name: str
+    transport: str
+    rate_bytes_per_s: float | None = None
+    n_nodes: int = 1
+
+    def __post_init__(self):
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"variant {self.name}: transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        if self.transport == "shm" and (self.rate_bytes_per_s is not None or self.n_nodes != 1):
+            raise ValueError(f"variant {self.name}: shared memory has one node and no link rate")
+        if self.n_nodes < 1:
+            raise ValueError(f"variant {self.name}: n_nodes must be >= 1")
+
+
+#: the shipped variants: machines/<name>.yaml
+VARIANTS = (
+    Variant(name="emu-shm", transport="shm"),
+    Variant(name="emu-tcp", transport="tcp", n_nodes=2),
+    Variant(name="emu-tcp-1gbit", transport="tcp", rate_bytes_per_s=1.25e8, n_nodes=2),
+    Variant(name="emu-tcp-200mbit", transport="tcp", rate_bytes_per_s=2.5e7, n_nodes=2),
+)
+
+
+def variant(name: str) -> Variant:
+    for v in VARIANTS:
+        if v.name == name:
+            return v
+    raise InputError(f"unknown emulated variant '{name}' (known: {', '.join(v.name for v in VARIANTS)})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launcher:
+    """How to start ``n_ranks`` on one variant: mpiexec prefix and placement (one rank per node on TCP)."""
+
+    variant: Variant
+    cluster: EmulatedCluster | None = None
+    mpi: MpiInstall | None = None
+
+    def ranks_per_node(self, n_ranks: int) -> int:
+        return n_ranks if self.variant.transport == "shm" else math.ceil(n_ranks / self.variant.n_nodes)
+
+    def rank_to_node(self, n_ranks: int) -> tuple[int, ...]:
+        rpn = self.ranks_per_node(n_ranks)
+        return tuple(r // rpn for r in range(n_ranks))
+
+    def prefix(self, n_ranks: int) -> list[str]:
+        if self.variant.transport == "shm":
+            mpi = self.mpi or find_mpi()
+            return [mpi.mpiexec, "-n", str(n_ranks)]
+        assert self.cluster is not None
+        return self.cluster.mpiexec_prefix(n_ranks, self.ranks_per_node(n_ranks))
+
+
+class VariantSwitch:
+    """One emulated cluster serving several variants: :meth:`activate` sets the link rate.
+
+    Switching is a ``tc`` call, so measurements of the variants can be interleaved.
+    """
+
+    def __init__(self, cluster: EmulatedCluster | None, mpi: MpiInstall):
+        self._cluster = cluster
+        self._mpi = mpi
+
+    def activate(self, v: Variant) -> Launcher:
+        if v.transport == "shm":
+            return Launcher(variant=v, mpi=self._mpi)
+        if self._cluster is None or self._cluster.n_nodes < v.n_nodes:
+            raise InputError(f"variant {v.name} needs {v.n_nodes} nodes; the cluster was not built for it")
+        if self._cluster.rate_bytes_per_s != v.rate_bytes_per_s:
+            self._cluster = self._cluster.set_rate(v.rate_bytes_per_s)
+        return Launcher(variant=v, cluster=self._cluster, mpi=self._mpi)
+
+
+@contextlib.contextmanager
+def variant_switch(variants: tuple[Variant, ...] | list[Variant], **cluster_kw) -> Iterator[VariantSwitch]:
+    """Build the cluster the TCP variants need (if any) and yield a :class:`VariantSwitch`."""
+    mpi = cluster_kw.pop("mpi", None) or find_mpi()
+    n_nodes = max([v.n_nodes for v in variants if v.transport == "tcp"], default=0)
+    if n_nodes == 0:
+        yield VariantSwitch(None, mpi)
+        return
+    with emulated_cluster(n_nodes, mpi=mpi, **cluster_kw) as cluster:
+        yield VariantSwitch(cluster, mpi)
+
+
+# ---------------------------------------------------------------- network profiles of the variants
+
+def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, quick: bool, workdir: str | Path,
+                           progress=None, timeout_s: float | None = None) -> dict[str, tuple]:
+    """Measure the network of every variant with pmac's network probe (two ranks per run).
+
+    Returns ``{name: (NetworkModel, raw tables)}``. Shared memory: two ranks on the host
+    (``intra_node``). TCP: two ranks on two nodes (``inter_node`` and its collectives) at the
+    variant's rate, and two ranks in one node (``intra_node``: TCP over the node's loopback,
+    as MPIR_CVAR_NOLOCAL makes it; no tbf there, so measured once for all TCP variants).
+    """
+    import pandas as pd
+
+    from .probe_network import measure_network
+    from .profile import NetworkModel
+
+    progress = progress or (lambda f, m: None)
+    workdir = Path(workdir)
+    runs = [(v, "shm") for v in variants if v.transport == "shm"]
+    tcp = [v for v in variants if v.transport == "tcp"]
+    if tcp:
+        runs.append((tcp[0], "tcp-intra"))
+        runs += [(v, "inter") for v in tcp]
+    done: dict[tuple[str, str], tuple] = {}
+    with variant_switch(variants) as sw:
+        for i, (v, what) in enumerate(runs):
+            def sub(f, m, i=i, name=f"{v.name} {what}"):
+                progress((i + f) / len(runs), f"{name}: {m}")
+            kw = dict(quick=quick, workdir=workdir / f"{v.name}-{what}", progress=sub, timeout_s=timeout_s)
+            if what == "shm":
+                done[(v.name, what)] = measure_network(n_ranks=2, **kw)
+            else:
+                launcher = sw.activate(v)
+                cl = launcher.cluster
+                rpn = 2 if what == "tcp-intra" else 1
+                done[(v.name, what)] = measure_network(mpiexec_prefix=cl.mpiexec_prefix(2, rpn),
+                                                       node_map=list(cl.rank_to_node(2, rpn)), **kw)
+    out = {}
+    for v in variants:
+        if v.transport == "shm":
+            out[v.name] = done[(v.name, "shm")]
+            continue
+        intra_model, intra_tables = done[(tcp[0].name, "tcp-intra")]
+        inter_model, inter_tables = done[(v.name, "inter")]
+        model = NetworkModel(intra_node=intra_model.intra_node, inter_node=inter_model.inter_node,
+                             collectives=tuple(inter_model.collectives) + tuple(intra_model.collectives),
+                             mpi_library=inter_model.mpi_library)
+        tables = {k: pd.concat([intra_tables[k], inter_tables[k]], ignore_index=True)
+                  for k in inter_tables if k in intra_tables}
+        out[v.name] = (model, tables)
+    progress(1.0, "done")
+    return out

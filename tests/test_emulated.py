@@ -163,3 +163,34 @@ def test_bench_script_runs_and_tears_down_on_sigterm(tmp_path):
         if p.poll() is None:
             p.kill()
         E.remove_all()
+
+
+def test_variants_and_launchers():
+    names = [v.name for v in E.VARIANTS]
+    assert names == ["emu-shm", "emu-tcp", "emu-tcp-1gbit", "emu-tcp-200mbit"]
+    assert E.variant("emu-tcp-200mbit").rate_bytes_per_s == 2.5e7
+    with pytest.raises(InputError, match="unknown emulated variant 'emu-x'"):
+        E.variant("emu-x")
+    with pytest.raises(ValueError, match="one node and no link rate"):
+        E.Variant(name="bad", transport="shm", rate_bytes_per_s=1e6)
+    shm = E.Launcher(variant=E.variant("emu-shm"))
+    assert shm.ranks_per_node(2) == 2 and shm.rank_to_node(2) == (0, 0)
+    assert shm.prefix(2)[1:] == ["-n", "2"]
+    tcp = E.Launcher(variant=E.variant("emu-tcp"))
+    assert tcp.ranks_per_node(2) == 1 and tcp.rank_to_node(4) == (0, 0, 1, 1)
+
+
+@pytest.mark.requires("netns", "mpi")
+def test_variant_switch_sets_rates():
+    vs = [E.variant(n) for n in ("emu-shm", "emu-tcp-1gbit", "emu-tcp", "emu-tcp-200mbit")]
+    with E.variant_switch(vs) as sw:
+        assert E.list_namespaces() == ["pmacemu-n0", "pmacemu-n1"]
+        la = sw.activate(vs[1])
+        assert "rate 1Gbit" in E.qdisc_of("pmacemu-n0") and "rate 1Gbit" in E.qdisc_of("pmacemu-n1")
+        assert "-hosts" in la.prefix(2) and la.prefix(2)[la.prefix(2).index("-hosts") + 1] == "10.213.0.1:1,10.213.0.2:1"
+        sw.activate(vs[2])
+        assert "tbf" not in E.qdisc_of("pmacemu-n0")
+        sw.activate(vs[3])
+        assert "rate 200Mbit" in E.qdisc_of("pmacemu-n1")
+        assert "-hosts" not in sw.activate(vs[0]).prefix(2)
+    assert E.list_namespaces() == []
