@@ -213,7 +213,8 @@ def plot_signature(sig: Signature, path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.colors import LogNorm
+    from matplotlib.colors import LogNorm, Normalize
+    from matplotlib.ticker import MaxNLocator
 
     from .schema import atomic_write_bytes
     import io
@@ -222,11 +223,15 @@ def plot_signature(sig: Signature, path) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     data = np.ma.masked_less_equal(bytes_m, 0)
     if data.count():
-        im = ax.imshow(data, cmap="viridis", norm=LogNorm(vmin=data.min(), vmax=data.max()), origin="upper")
+        lo, hi = float(data.min()), float(data.max())
+        norm = LogNorm(vmin=lo, vmax=hi) if hi > lo else Normalize(vmin=0.0, vmax=hi)
+        im = ax.imshow(data, cmap="viridis", norm=norm, origin="upper")
         fig.colorbar(im, ax=ax, label="bytes sent")
     else:
         ax.imshow(np.zeros_like(bytes_m), cmap="Greys", vmin=0, vmax=1)
         ax.text(0.5, 0.5, "no point-to-point traffic", transform=ax.transAxes, ha="center")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("to rank")
     ax.set_ylabel("from rank")
     ax.set_title(f"{sig.name}: point-to-point bytes")
