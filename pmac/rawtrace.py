@@ -221,7 +221,6 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
     # local comm id -> (global id, members)
     gmap = {cid: global_id[keys[cid]] for cid in defs}
     local = ev["comm"].astype(np.int64)
-    gcomm = np.array([gmap.get(int(c), -1) for c in local], dtype=np.int32) if n else np.zeros(0, np.int32)
 
     def to_world(vals, comms_local):
         out = np.asarray(vals, dtype=np.int32).copy()
@@ -245,7 +244,7 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
             msg_comm[int(ev["aux"][i])] = int(comm_local[i])
         else:
             comm_local[i] = msg_comm.pop(int(ev["aux"][i]), -1)
-    gcomm = np.array([gmap.get(int(c), -1) for c in comm_local], dtype=np.int32) if n else gcomm
+    gcomm = _map_ids(comm_local, gmap)
 
     t0 = ev["t_start_ns"].astype(np.float64) * (r.ns_per_tick * 1e-9)
     t1 = ev["t_end_ns"].astype(np.float64) * (r.ns_per_tick * 1e-9)
@@ -259,7 +258,7 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
         "send_bytes": ev["send_bytes"], "recv_bytes": ev["recv_bytes"],
         "root": to_world(root_local, comm_local), "request": np.full(n, -1, np.int64),
         "req_offset": np.full(n, -1, np.int64), "n_requests": np.zeros(n, np.int32),
-        "new_comm": np.array([gmap.get(int(c), -1) if c >= 0 else -1 for c in ev["new_comm"]], dtype=np.int32),
+        "new_comm": _map_ids(ev["new_comm"], gmap),
     })
 
     # sub-records: owner event = the last event before them
@@ -275,58 +274,61 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
             warnings.append(f"{r.path}: {len(short)} call(s) lost part of their request/count list (cut trace)")
 
     # requests: renumber handles as the seq of the creating call; walk in call order
+    # (plain Python lists: this loop visits every request-related call)
     req_col = events["request"].to_numpy().copy()
     ro = events["req_offset"].to_numpy().copy()
     nr = events["n_requests"].to_numpy().copy()
-    live: dict[int, tuple[int, int, int]] = {}  # handle -> (seq, local comm, op)
+    live: dict[int, tuple[int, int, int, int]] = {}  # handle -> (seq, local comm, op, event index)
     sub_by_owner: dict[int, list[int]] = defaultdict(list)
-    for j in sub_req:
-        sub_by_owner[int(owner[j])].append(int(j))
+    for j, o in zip(sub_req.tolist(), owner[sub_req].tolist()):
+        sub_by_owner[o].append(j)
     rq_rows = []
-    evreq = ev["request"]
-    seqs = ev["seq"]
-    # per-rank persistent-request start counts (for the send/recv check)
-    for i in np.flatnonzero(np.isin(ops, list(_CREATES_REQUEST | _REQUEST_USERS))):
-        o = int(ops[i])
-        if o in _CREATES_REQUEST:
-            live[int(evreq[i])] = (int(seqs[i]), int(comm_local[i]), o)
-            req_col[i] = int(seqs[i])
-            if o in (Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND) and ev["dest"][i] >= 0:
-                sends[(int(gcomm[i]), rank, int(events["dest"].iat[i]), int(ev["send_tag"][i]))] += 1
+    ops_l, evreq_l, seqs_l = ops.tolist(), ev["request"].tolist(), ev["seq"].tolist()
+    cl_l, gc_l = comm_local.tolist(), gcomm.tolist()
+    dest_l, stag_l = events["dest"].to_numpy().tolist(), ev["send_tag"].tolist()
+    r_req, r_flag, r_src = rec["request"].tolist(), rec["flag"].tolist(), rec["source"].tolist()
+    r_bytes, r_tag = rec["recv_bytes"].tolist(), rec["recv_tag"].tolist()
+    isend_ops = {int(Op.ISEND), int(Op.ISSEND), int(Op.IBSEND), int(Op.IRSEND)}
+    creates = {int(o) for o in _CREATES_REQUEST}
+    recv_req_ops = {int(o) for o in _RECV_REQUEST_OPS}
+    persistent = {int(Op.SEND_INIT), int(Op.RECV_INIT)}
+    starts = {int(Op.START), int(Op.STARTALL)}
+    for i in np.flatnonzero(np.isin(ops, list(_CREATES_REQUEST | _REQUEST_USERS))).tolist():
+        o = ops_l[i]
+        if o in creates:
+            live[evreq_l[i]] = (seqs_l[i], cl_l[i], o, i)
+            req_col[i] = seqs_l[i]
+            if o in isend_ops and dest_l[i] >= 0:
+                sends[(gc_l[i], rank, dest_l[i], stag_l[i])] += 1
             continue
         if o == Op.REQUEST_FREE:
-            h = int(evreq[i])
-            info = live.pop(h, None)
+            info = live.pop(evreq_l[i], None)
             req_col[i] = info[0] if info else -1
             continue
-        subs = sub_by_owner.get(int(i), [])
+        subs = sub_by_owner.get(i, [])
         ro[i] = len(rq_rows) if subs else -1
         nr[i] = len(subs)
         for j in subs:
-            h = int(rec["request"][j])
+            h = r_req[j]
             info = live.get(h)
-            completed = int(rec["flag"][j])
-            src, nbytes = -1, 0
-            if info is not None:
-                cseq, ccomm, cop = info
-                if o in (Op.START, Op.STARTALL):
-                    if cop == Op.SEND_INIT:
-                        s_i = np.searchsorted(seqs, cseq)
-                        if ev["dest"][s_i] >= 0:
-                            sends[(int(gcomm[s_i]), rank, int(events["dest"].iat[s_i]), int(ev["send_tag"][s_i]))] += 1
-                    completed = 0
-                elif completed:
-                    if cop in _RECV_REQUEST_OPS:
-                        src_local = int(rec["source"][j])
-                        src = _one_world(src_local, defs.get(ccomm))
-                        nbytes = int(rec["recv_bytes"][j])
-                        if src >= 0:
-                            recvs[(gmap.get(ccomm, -1), src, rank, int(rec["recv_tag"][j]))] += 1
-                    if cop not in (Op.SEND_INIT, Op.RECV_INIT):
-                        live.pop(h, None)
-                rq_rows.append((rank, cseq, completed, src, nbytes))
-            else:
+            if info is None:
                 rq_rows.append((rank, -1, 0, -1, 0))  # MPI_REQUEST_NULL or a request we never saw made
+                continue
+            cseq, ccomm, cop, ci = info
+            completed, src, nbytes = r_flag[j], -1, 0
+            if o in starts:
+                if cop == Op.SEND_INIT and dest_l[ci] >= 0:
+                    sends[(gc_l[ci], rank, dest_l[ci], stag_l[ci])] += 1
+                completed = 0
+            elif completed:
+                if cop in recv_req_ops:
+                    src = _one_world(r_src[j], defs.get(ccomm))
+                    nbytes = r_bytes[j]
+                    if src >= 0:
+                        recvs[(gmap.get(ccomm, -1), src, rank, r_tag[j])] += 1
+                if cop not in persistent:
+                    live.pop(h, None)
+            rq_rows.append((rank, cseq, completed, src, nbytes))
         if o == Op.START and subs:
             req_col[i] = rq_rows[ro[i]][1]
     events["request"] = req_col
@@ -334,14 +336,15 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
     events["n_requests"] = nr
 
     # blocking sends / receives for the match check
-    dest_w = events["dest"].to_numpy()
-    src_w = events["source"].to_numpy()
-    for i in np.flatnonzero(np.isin(ops, [Op.SEND, Op.SSEND, Op.BSEND, Op.RSEND, Op.SENDRECV, Op.SENDRECV_REPLACE])):
-        if dest_w[i] >= 0:
-            sends[(int(gcomm[i]), rank, int(dest_w[i]), int(ev["send_tag"][i]))] += 1
-    for i in np.flatnonzero(np.isin(ops, [Op.RECV, Op.MRECV, Op.SENDRECV, Op.SENDRECV_REPLACE])):
-        if src_w[i] >= 0:
-            recvs[(int(gcomm[i]), int(src_w[i]), rank, int(ev["recv_tag"][i]))] += 1
+    src_l = events["source"].to_numpy().tolist()
+    rtag_l = ev["recv_tag"].tolist()
+    for i in np.flatnonzero(np.isin(ops, [Op.SEND, Op.SSEND, Op.BSEND, Op.RSEND, Op.SENDRECV,
+                                          Op.SENDRECV_REPLACE])).tolist():
+        if dest_l[i] >= 0:
+            sends[(gc_l[i], rank, dest_l[i], stag_l[i])] += 1
+    for i in np.flatnonzero(np.isin(ops, [Op.RECV, Op.MRECV, Op.SENDRECV, Op.SENDRECV_REPLACE])).tolist():
+        if src_l[i] >= 0:
+            recvs[(gc_l[i], src_l[i], rank, rtag_l[i])] += 1
 
     requests = pd.DataFrame(rq_rows, columns=["rank", "request", "completed", "source", "recv_bytes"]) if rq_rows \
         else REQUESTS.empty()
@@ -354,6 +357,15 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
     else:
         vc = VCOUNTS.empty()
     return events, requests, vc
+
+
+def _map_ids(local_ids, gmap: dict[int, int]) -> np.ndarray:
+    """Local communicator ids -> global ids (-1 where unknown), vectorised."""
+    local_ids = np.asarray(local_ids, dtype=np.int64)
+    out = np.full(len(local_ids), -1, np.int32)
+    for cid, g in gmap.items():
+        out[local_ids == cid] = g
+    return out
 
 
 def _one_world(local: int, members) -> int:
