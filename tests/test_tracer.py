@@ -69,6 +69,8 @@ def test_c_program_exact_counts_and_bytes(env, n):
     res = _trace(env, n, [env["app"], str(iters), str(nbytes)], f"c{n}")
     assert res.returncode == 0
     assert res.raw.unmatched == () and res.raw.warnings == ()
+    # the valgrind client requests (memory-tracer contract) are compiled in where the header exists
+    assert res.raw.has_valgrind == Path("/usr/include/valgrind/valgrind.h").exists()
     ev = res.signature.events
     for r in range(n):
         expect = {"INIT": 1, "SEND_INIT": 1, "RECV_INIT": 1, "IRECV": iters, "ISEND": iters, "WAITALL": 2 * iters,
