@@ -307,65 +307,65 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
 
 # ---------------------------------------------------------------- the kernel
 
-@numba.njit(cache=True, inline="always", error_model="numpy", fastmath=True)
-def _interp(x, xs, ys, n):
-    if n == 0:
-        return 0.0
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[n - 1]:
-        return ys[n - 1]
-    for j in range(1, n):
-        if x < xs[j]:
-            t = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
-            return ys[j - 1] + t * (ys[j] - ys[j - 1])
-    return ys[n - 1]
-
-
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
 def _kernel(cum, load_bytes, store_bytes, flop_s, flop_v, branches, dep, bmiss,
-            n_lev, lev_line, lev_edge, lev_frac, inv_bl, inv_bs, inv_fs, inv_fv,
-            dep_x, dep_y, n_dep, br_x, br_y, n_br, beta, out_t, out_m, out_c, detail):
+            cap_line, cap_edge, cap_frac, lev_k, inv_bl, inv_bs, inv_fs, inv_fv,
+            dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, beta, chunk,
+            out_t, out_m, out_c, detail):
+    """Bursts outer (parallel, in chunks), machines inner. Machine arrays are (X, machine) so the
+    inner loop reads them contiguously and has no data-dependent branch: levels are padded (a
+    padded level repeats the previous capacity point), curves are sums of clamped segments."""
     n_b = load_bytes.shape[0]
-    n_p = n_lev.shape[0]
-    for b in numba.prange(n_b):
-        lb = load_bytes[b]
-        sb = store_bytes[b]
-        for p in range(n_p):
-            tm = 0.0
-            hl_prev = 0.0
-            hs_prev = 0.0
-            nl = n_lev[p]
-            for L in range(nl):
-                li = lev_line[p, L]
-                e = lev_edge[p, L]
-                f = lev_frac[p, L]
+    n_p = beta.shape[0]
+    n_k = cap_line.shape[0]
+    n_l = lev_k.shape[0]
+    n_d = dep_x.shape[0]
+    n_r = br_x.shape[0]
+    n_chunks = (n_b + chunk - 1) // chunk
+    for ci in numba.prange(n_chunks):
+        hl_k = np.empty(n_k)
+        hs_k = np.empty(n_k)
+        for b in range(ci * chunk, min(n_b, (ci + 1) * chunk)):
+            for k in range(n_k):
+                li = cap_line[k]
+                e = cap_edge[k]
+                f = cap_frac[k]
                 c0 = cum[li, 0, b, e]
-                hl = c0 + f * (cum[li, 0, b, e + 1] - c0)
+                hl_k[k] = c0 + f * (cum[li, 0, b, e + 1] - c0)
                 c0 = cum[li, 1, b, e]
-                hs = c0 + f * (cum[li, 1, b, e + 1] - c0)
-                if hl < hl_prev:
-                    hl = hl_prev
-                if hs < hs_prev:
-                    hs = hs_prev
-                tm += lb * (hl - hl_prev) * inv_bl[p, L] + sb * (hs - hs_prev) * inv_bs[p, L]
-                hl_prev = hl
-                hs_prev = hs
-            tm += lb * (1.0 - hl_prev) * inv_bl[p, nl] + sb * (1.0 - hs_prev) * inv_bs[p, nl]
-            slow = 1.0
-            if n_dep[p] > 0 and dep[b] > 0.0:
-                slow = _interp(dep[b], dep_x[p], dep_y[p], n_dep[p])
-            tc = (flop_s[b] * inv_fs[p] + flop_v[b] * inv_fv[p]) * slow
-            if n_br[p] > 0:
-                tc += branches[b] * _interp(bmiss[b], br_x[p], br_y[p], n_br[p])
-            if tm >= tc:
-                t = tm + beta[p] * tc
-            else:
-                t = tc + beta[p] * tm
-            out_t[b, p] = t
-            if detail:
-                out_m[b, p] = tm
-                out_c[b, p] = tc
+                hs_k[k] = c0 + f * (cum[li, 1, b, e + 1] - c0)
+            lb = load_bytes[b]
+            sb = store_bytes[b]
+            x_dep = dep[b]
+            x_br = bmiss[b]
+            fsb = flop_s[b]
+            fvb = flop_v[b]
+            brb = branches[b]
+            for p in range(n_p):
+                tm = 0.0
+                hl_prev = 0.0
+                hs_prev = 0.0
+                for L in range(n_l):
+                    k = lev_k[L, p]
+                    hl = max(hl_k[k], hl_prev)
+                    hs = max(hs_k[k], hs_prev)
+                    tm += lb * (hl - hl_prev) * inv_bl[L, p] + sb * (hs - hs_prev) * inv_bs[L, p]
+                    hl_prev = hl
+                    hs_prev = hs
+                tm += lb * (1.0 - hl_prev) * inv_bl[n_l, p] + sb * (1.0 - hs_prev) * inv_bs[n_l, p]
+                slow = dep_y0[p]
+                for j in range(n_d):
+                    slow += min(max((x_dep - dep_x[j, p]) * dep_iw[j, p], 0.0), 1.0) * dep_dy[j, p]
+                slow = slow if x_dep > 0.0 else 1.0
+                cost = br_y0[p]
+                for j in range(n_r):
+                    cost += min(max((x_br - br_x[j, p]) * br_iw[j, p], 0.0), 1.0) * br_dy[j, p]
+                tc = (fsb * inv_fs[p] + fvb * inv_fv[p]) * slow + brb * cost
+                t = max(tm, tc) + beta[p] * min(tm, tc)
+                out_t[b, p] = t
+                if detail:
+                    out_m[b, p] = tm
+                    out_c[b, p] = tc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -378,62 +378,89 @@ class ConvolveResult:
     compute_s: np.ndarray | None = None
 
 
+def _segments(xs: Sequence[float], ys: Sequence[float], empty_value: float, n_seg: int):
+    """A piecewise-linear curve (clamped outside) as y0 + sum_j clip((x - x_j) / w_j, 0, 1) * dy_j."""
+    x0 = np.zeros(n_seg)
+    iw = np.zeros(n_seg)
+    dy = np.zeros(n_seg)
+    if len(xs) == 0:
+        return empty_value, x0, iw, dy
+    xs = np.asarray(xs, dtype=np.float64)
+    ys = np.asarray(ys, dtype=np.float64)
+    for j in range(len(xs) - 1):
+        w = xs[j + 1] - xs[j]
+        x0[j] = xs[j]
+        iw[j] = 1.0 / w if w > 0 else 1e300
+        dy[j] = ys[j + 1] - ys[j]
+    return float(ys[0]), x0, iw, dy
+
+
 def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) -> dict[str, np.ndarray]:
-    """The machine-side arrays of the kernel (cheap; done once per set of machines)."""
+    """The machine-side arrays of the kernel (cheap; done once per set of machines).
+
+    Capacity points (line size, bin, fraction in bin) shared by several machines or levels are
+    evaluated once per burst; point 0 is the empty cache (hit fraction 0).
+    """
     lb = np.array(line_bytes)
     n_p = len(machines)
-    lmax = max([len(m.level_names) for m in machines] + [1])
-    dmax = max([len(m.dep_distance) for m in machines] + [1])
-    bmax = max([len(m.branch_miss_frac) for m in machines] + [1])
-    a = dict(n_lev=np.zeros(n_p, np.int64), lev_line=np.zeros((n_p, lmax), np.int64),
-             lev_edge=np.zeros((n_p, lmax), np.int64), lev_frac=np.zeros((n_p, lmax)),
-             inv_bl=np.zeros((n_p, lmax + 1)), inv_bs=np.zeros((n_p, lmax + 1)),
+    n_l = max([len(m.level_names) for m in machines] + [0])
+    n_d = max([len(m.dep_distance) - 1 for m in machines] + [0])
+    n_r = max([len(m.branch_miss_frac) - 1 for m in machines] + [0])
+    points: dict[tuple[int, int, float], int] = {(0, 0, 0.0): 0}
+    a = dict(lev_k=np.zeros((n_l, n_p), np.int64), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
              inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p),
-             dep_x=np.zeros((n_p, dmax)), dep_y=np.ones((n_p, dmax)), n_dep=np.zeros(n_p, np.int64),
-             br_x=np.zeros((n_p, bmax)), br_y=np.zeros((n_p, bmax)), n_br=np.zeros(n_p, np.int64),
+             dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
+             br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
              beta=np.zeros(n_p))
     for p, m in enumerate(machines):
         nl = len(m.level_names)
-        a["n_lev"][p] = nl
-        for L in range(nl):
-            # the histogram of the nearest recorded line size
-            a["lev_line"][p, L] = int(np.argmin(np.abs(np.log2(lb) - np.log2(m.level_line_bytes[L]))))
-            line = lb[a["lev_line"][p, L]]
-            cap = m.capacity_lines[L] * m.level_line_bytes[L] / line
-            a["lev_edge"][p, L], a["lev_frac"][p, L] = edge_position(min(cap, MAX_CAPACITY_LINES))
-        a["inv_bl"][p, :nl + 1] = 1.0 / np.asarray(m.load_bandwidth_bytes_per_s)
-        a["inv_bs"][p, :nl + 1] = 1.0 / np.asarray(m.store_bandwidth_bytes_per_s)
+        k = 0
+        for L in range(n_l):
+            if L < nl:
+                # the histogram of the nearest recorded line size
+                li = int(np.argmin(np.abs(np.log2(lb) - np.log2(m.level_line_bytes[L]))))
+                cap = m.capacity_lines[L] * m.level_line_bytes[L] / lb[li]
+                e, f = edge_position(min(cap, MAX_CAPACITY_LINES))
+                k = points.setdefault((li, e, f), len(points))
+                a["inv_bl"][L, p] = 1.0 / m.load_bandwidth_bytes_per_s[L]
+                a["inv_bs"][L, p] = 1.0 / m.store_bandwidth_bytes_per_s[L]
+            a["lev_k"][L, p] = k          # padded levels repeat the last point: they serve nothing
+        a["inv_bl"][n_l, p] = 1.0 / m.load_bandwidth_bytes_per_s[nl]
+        a["inv_bs"][n_l, p] = 1.0 / m.store_bandwidth_bytes_per_s[nl]
         a["inv_fs"][p] = 1.0 / m.flop_per_s_scalar
         a["inv_fv"][p] = 1.0 / m.flop_per_s_simd
-        nd = len(m.dep_distance)
-        a["n_dep"][p] = nd
-        a["dep_x"][p, :nd] = m.dep_distance
-        a["dep_y"][p, :nd] = m.dep_slowdown_ratio
-        nb = len(m.branch_miss_frac)
-        a["n_br"][p] = nb
-        a["br_x"][p, :nb] = m.branch_miss_frac
-        a["br_y"][p, :nb] = m.branch_cost_s
+        a["dep_y0"][p], a["dep_x"][:, p], a["dep_iw"][:, p], a["dep_dy"][:, p] = _segments(
+            m.dep_distance, m.dep_slowdown_ratio, 1.0, n_d)
+        a["br_y0"][p], a["br_x"][:, p], a["br_iw"][:, p], a["br_dy"][:, p] = _segments(
+            m.branch_miss_frac, m.branch_cost_s, 0.0, n_r)
         a["beta"][p] = m.beta
+    pts = sorted(points.items(), key=lambda kv: kv[1])
+    a["cap_line"] = np.array([q[0][0] for q in pts], np.int64)
+    a["cap_edge"] = np.array([q[0][1] for q in pts], np.int64)
+    a["cap_frac"] = np.array([q[0][2] for q in pts], np.float64)
     return a
 
 
 def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: bool = True,
-             packed: dict[str, np.ndarray] | None = None) -> ConvolveResult:
+             packed: dict[str, np.ndarray] | None = None, chunk: int = 256) -> ConvolveResult:
     """Time of every burst on every machine (``time_s[p, b]``); with ``detail`` also the
     memory and compute parts before overlap."""
     if not machines:
         raise ValueError("convolve: no machines")
     a = packed if packed is not None else pack_machines(machines, bursts.line_bytes)
     n_p, n_b = len(machines), bursts.n_bursts
+    if int(a["cap_edge"].max()) + 1 >= bursts.cum.shape[3]:
+        raise ValueError("convolve: a cache is larger than the cumulative histograms cover")
     # burst-major inside the kernel (machines inner: contiguous writes); returned transposed
     out_t = np.empty((n_b, n_p))
     out_m = np.empty((n_b, n_p)) if detail else np.empty((1, 1))
     out_c = np.empty((n_b, n_p)) if detail else np.empty((1, 1))
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.flop_scalar, bursts.flop_simd,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
-            a["n_lev"], a["lev_line"], a["lev_edge"], a["lev_frac"], a["inv_bl"], a["inv_bs"],
-            a["inv_fs"], a["inv_fv"], a["dep_x"], a["dep_y"], a["n_dep"], a["br_x"], a["br_y"], a["n_br"],
-            a["beta"], out_t, out_m, out_c, detail)
+            a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["inv_bl"], a["inv_bs"],
+            a["inv_fs"], a["inv_fv"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
+            a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["beta"], max(int(chunk), 1),
+            out_t, out_m, out_c, detail)
     return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t.T,
                           memory_s=out_m.T if detail else None, compute_s=out_c.T if detail else None)
 
