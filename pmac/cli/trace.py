@@ -20,7 +20,7 @@ def add_arguments(p):
     p.add_argument("--no-mpi", action="store_true", help="with --memory: skip the MPI trace")
     p.add_argument("--keep-raw", action="store_true", help="keep the per-rank raw files in NAME/raw/")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="kill the program after this")
-    p.add_argument("command", nargs="+", metavar="-- COMMAND", help="the MPI command line, after --")
+    p.add_argument("argv", nargs="+", metavar="-- COMMAND", help="the MPI command line, after --")
 
 
 def _params(items):
@@ -48,7 +48,7 @@ def run(args) -> int:
     from ..errors import InputError
     from .progress import ProgressBar
 
-    argv = list(args.command)
+    argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
