@@ -160,7 +160,8 @@ def test_mpi4py_large_count_and_matched_probes(env):
     ev = res.signature.events
     for r in range(2):
         c = _counts(ev, r)
-        assert c == {"INIT": 1, "SEND": 1, "MPROBE": 1, "MRECV": 1, "IRECV": 1, "ISEND": 1, "WAITALL": 3,
+        assert c == {"INIT": 1, "SEND": 1, "MPROBE": 1, "MRECV": 1, "IRECV": 2, "ISEND": 2, "WAITALL": 3,
+                     "WAITANY": 1, "WAITSOME": 1,
                      "SENDRECV": 1, "SEND_INIT": 1, "RECV_INIT": 1, "STARTALL": 2, "REQUEST_FREE": 2,
                      "ALLREDUCE": 1, "COMM_SPLIT": 1, "BCAST": 1, "COMM_FREE": 1, "BARRIER": 1, "FINALIZE": 1}
         e = ev[ev["rank"] == r]
@@ -172,6 +173,19 @@ def test_mpi4py_large_count_and_matched_probes(env):
         # the clock (TSC calibrated against CLOCK_MONOTONIC, or CLOCK_MONOTONIC) measures a 50 ms sleep
         assert 0.05 <= float(e[e["op"] == Op.BARRIER]["burst_s"].iloc[0]) < 0.09
         assert 0 < e.iloc[0]["t_start_s"] < e.iloc[0]["t_end_s"]  # MPI_Init is timed
+        # Waitany completes one of the two, Waitsome the other (the first is MPI_REQUEST_NULL by then)
+        rq = res.signature.requests
+        irecv2, isend2 = e[e["op"] == Op.IRECV]["seq"].iloc[1], e[e["op"] == Op.ISEND]["seq"].iloc[1]
+        wany, wsome = e[e["op"] == Op.WAITANY].iloc[0], e[e["op"] == Op.WAITSOME].iloc[0]
+        ra = rq.iloc[int(wany["req_offset"]): int(wany["req_offset"]) + 2]
+        rs = rq.iloc[int(wsome["req_offset"]): int(wsome["req_offset"]) + 2]
+        assert list(ra["request"]) == [irecv2, isend2] and ra["completed"].sum() == 1
+        done_first = int(ra["request"][ra["completed"] == 1].iloc[0])
+        assert list(rs["completed"]) == ([0, 1] if done_first == irecv2 else [1, 0])
+        assert int(rs[rs["completed"] == 1]["request"].iloc[0]) != done_first
+        both = rq.iloc[list(ra.index) + list(rs.index)]
+        got = both[(both["request"] == irecv2) & (both["completed"] == 1)].iloc[0]
+        assert (got["source"], got["recv_bytes"]) == (1 - r, 800)
 
 
 @pytest.mark.parametrize("crash", [1, 2], ids=["abort", "sigterm"])

@@ -18,6 +18,10 @@ r = comm.Irecv(b, source=left, tag=2)
 s = comm.Isend(a, dest=right, tag=2)
 MPI.Request.Waitall([r, s])
 comm.Sendrecv(a, dest=right, sendtag=3, recvbuf=b, source=left, recvtag=3)
+# completion in any order: Waitany then Waitsome on what is left
+reqs = [comm.Irecv(b, source=left, tag=5), comm.Isend(a, dest=right, tag=5)]
+MPI.Request.Waitany(reqs)
+MPI.Request.Waitsome(reqs)
 # persistent
 ps = comm.Send_init(a, dest=right, tag=4)
 pr = comm.Recv_init(b, source=left, tag=4)
