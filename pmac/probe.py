@@ -104,7 +104,9 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     warnings: list[str] = []
     if n_cores < 2:
         warnings.append("single core: no all-cores bandwidth curves")
+    t0 = time.monotonic()
     bw, lat = pm.run(p, progress=_sub(progress, "memory"))
+    t1 = time.monotonic()
     for r in bw:
         if not r.stable:
             warnings.append(f"bandwidth {r.access} {r.n_cores} core(s) {r.working_set_bytes} B did not stabilise: "
@@ -114,6 +116,7 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
            "latency": RAW_TABLES["latency"].coerce(pd.DataFrame(t["latency"]))}
     rows = pc.run(quick=quick, progress=_sub(progress, "compute"), threshold=p.threshold)
     raw["compute"] = RAW_TABLES["compute"].coerce(pd.DataFrame(pc.tables(rows)))
+    t2 = time.monotonic()
     isa = pc.isa()
     comp = compute_model(raw["compute"], isa)
 
@@ -131,6 +134,7 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         "isa": isa,
         "os_caches": {"source": src, "levels": [dataclasses.asdict(c) for c in oc]},
         "fit_notes": list(fit.notes),
+        "phase_duration_s": {"memory": round(t1 - t0, 1), "compute": round(t2 - t1, 1)},
     }
     return node, raw, warnings, details
 
@@ -200,12 +204,14 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
         if node.n_cores < 2:
             net_note = "single core: intra-node ping-pong needs two cores; network section skipped"
         else:
+            t_net = time.monotonic()
             try:
                 with tempfile.TemporaryDirectory(prefix="pmac-probe-") as wd:
                     net_model, net_raw = probe_network.measure_network(quick=quick, workdir=Path(wd),
                                                                        progress=_sub(progress, "network"))
             except ToolMissingError as exc:
                 net_note = f"no MPI ({exc}): network section skipped"
+            details["phase_duration_s"]["network"] = round(time.monotonic() - t_net, 1)
     elif not network:
         net_note = "network not probed (--no-network)"
     if net_note:
