@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <mpi.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -146,13 +147,33 @@ static void pmac_flush(void) {
     pmac_used = 0;
 }
 
-static inline void pmac_push(const pmac_rec *r) {
+/* Threads: the buffer belongs to the thread that called MPI_Init. The first record pushed from
+ * another thread switches to a spin lock for good (memory-safe; records of concurrent calls may
+ * then interleave, so their sub-records can attach to the wrong call: MPI_THREAD_MULTIPLE
+ * programs that call MPI from several threads at once are traced approximately). */
+static pthread_t pmac_owner;
+static int pmac_mt;
+static int pmac_lockv;
+
+static inline void pmac_push_unlocked(const pmac_rec *r) {
     if (pmac_used >= PMAC_BUF_RECS - 1) {
         if (pmac_fd < 0) return; /* before the file exists (only Init records): cannot happen */
         pmac_flush();
     }
     pmac_buf[pmac_used] = *r;
     pmac_used++;
+}
+
+static inline void pmac_push(const pmac_rec *r) {
+    if (__builtin_expect(!pmac_mt && pthread_equal(pthread_self(), pmac_owner), 1)) {
+        pmac_push_unlocked(r);
+        return;
+    }
+    __atomic_store_n(&pmac_mt, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_exchange_n(&pmac_lockv, 1, __ATOMIC_ACQUIRE)) {
+    }
+    pmac_push_unlocked(r);
+    __atomic_store_n(&pmac_lockv, 0, __ATOMIC_RELEASE);
 }
 
 static inline int64_t pmac_h(const void *h, size_t n) {
@@ -406,6 +427,7 @@ static void pmac_atexit(void) { pmac_close(); }
 static void pmac_start(void) {
     const char *dir = getenv("PMAC_TRACE_DIR");
     PMPI_Comm_group(MPI_COMM_WORLD, &pmac_world_group);
+    pmac_owner = pthread_self();
     if (!dir || !*dir) return;
     pmac_hdr h;
     memset(&h, 0, sizeof h);
@@ -462,7 +484,7 @@ static void pmac_start(void) {
 /* every wrapper: begin (count seq, tell valgrind, read the clock), call PMPI, end */
 #define PMAC_BEGIN(r, OPV)                          \
     pmac_rec r;                                     \
-    int64_t pmac_s = pmac_seq++;                    \
+    int64_t pmac_s = __builtin_expect(pmac_mt, 0) ? __atomic_fetch_add(&pmac_seq, 1, __ATOMIC_RELAXED) : pmac_seq++; \
     PMAC_VG_ENTER(pmac_s);                          \
     r.t_start_ns = pmac_on ? pmac_now() : 0;        \
     (void)0
