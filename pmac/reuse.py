@@ -1,0 +1,355 @@
+"""Reuse-distance analysis: LRU stack distances, SHARDS sampling, histograms, hit rates.
+
+Numba kernels over plain arrays behind a thin Python front:
+
+- :func:`stack_distances`: exact LRU stack distance of every access (distinct lines touched
+  since the previous access to the same line; -1 = first touch). A hash table maps each line to
+  the time of its last access; a Fenwick tree over time marks the accesses that are the latest
+  of their line, so the distance is the number of marks after the previous access:
+  O(log n) per access.
+- :func:`shards_filter` / :func:`reuse_histogram`: SHARDS spatial sampling (Waldspurger et al.,
+  FAST 2015): keep the accesses whose line hashes below ``R * 2**24``; distances and counts of
+  the sampled stream, scaled by ``1/R``, estimate the full histogram. The hash is the one the
+  valgrind tool uses (Fibonacci hashing, top 24 bits of ``line * 0x9E3779B97F4A7C15``).
+- :func:`burst_histograms`: per-burst load/store histograms at several line sizes from the
+  tool's sampled access words (pmac.memtrace).
+- Associativity, two stated placement models (:func:`hit_fraction_assoc`):
+  ``placement="random"`` is Smith's (1978) binomial model: with the set of each line chosen at
+  random, an access with fully-associative stack distance ``d`` hits an ``S``-set ``W``-way LRU
+  cache iff fewer than ``W`` of the ``d`` distinct lines in between fall in its set,
+  ``P(hit | d) = BinomCDF(W - 1; d, 1/S)`` (:func:`set_assoc_hit_prob`);
+  ``placement="balanced"`` (default) takes the ``d`` lines as spread evenly over the sets, as
+  contiguous arrays are, so a hit is ``d < S * W``: the fully-associative answer. Measured by
+  ``bench/reuse_distance`` against :func:`simulate_lru` (32 KiB 8-way and 1 MiB 16-way, 64 B
+  lines): on random streams over 0.5-4x the cache, sequential sweeps and two same-aligned
+  arrays "balanced" is within 0.02 pp; the binomial model is 0.01-1.6 pp low on the random
+  streams and 39-45 pp low on the sweeps. Neither sees pathological conflicts: 2W lines at a
+  stride of S lines always miss in the real cache, and "balanced" says they always hit.
+- :func:`simulate_lru` is a direct set-associative LRU simulator (modulo set index) to
+  measure that model's error; :func:`level_fractions` gives the fraction of accesses served by
+  each level of a hierarchy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from .memsig import COLD_BIN, N_REUSE_BINS, REUSE_BIN_EDGES_LINES, hit_fraction
+
+HASH_BITS = 24
+HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
+_EDGES = REUSE_BIN_EDGES_LINES.astype(np.float64)
+
+
+def threshold_for(rate: float) -> int:
+    """Hash threshold of sampling rate ``rate`` (0 < rate <= 1)."""
+    if not 0.0 < rate <= 1.0:
+        raise ValueError(f"sampling rate must be in (0, 1], got {rate}")
+    return max(1, min(1 << HASH_BITS, int(round(rate * (1 << HASH_BITS)))))
+
+
+@numba.njit(cache=True)
+def _hash_top(line):
+    return (np.uint64(line) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - 24)
+
+
+@numba.njit(cache=True, inline="always")
+def _mix(key):
+    # splitmix64 finaliser: independent of the SHARDS hash, so sampled keys spread evenly
+    z = np.uint64(key)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True)
+def _stack_distances(lines, out):
+    n = lines.shape[0]
+    bits = 16
+    cap = 1 << bits
+    keys = np.empty(cap, np.int64)
+    vals = np.full(cap, -1, np.int64)   # position (compacted time) of the line's last access
+    mask = cap - 1
+    live = 0
+    size = 4096
+    tree = np.zeros(size + 1, np.int32)
+    pos = 0
+    for t in range(n):
+        key = lines[t]
+        h = np.int64(_mix(key) >> np.uint64(64 - bits))
+        while vals[h] >= 0 and keys[h] != key:
+            h = (h + 1) & mask
+        last = vals[h]
+        if last < 0:
+            out[t] = -1
+            keys[h] = key
+            live += 1
+        else:
+            s = 0
+            i = last + 1
+            while i > 0:
+                s += tree[i]
+                i -= i & (-i)
+            out[t] = live - s
+            i = last + 1
+            while i <= size:
+                tree[i] -= 1
+                i += i & (-i)
+        vals[h] = pos
+        i = pos + 1
+        while i <= size:
+            tree[i] += 1
+            i += i & (-i)
+        pos += 1
+        if live * 2 > cap:  # grow the hash table
+            bits += 1
+            ncap = cap * 2
+            nkeys = np.empty(ncap, np.int64)
+            nvals = np.full(ncap, -1, np.int64)
+            nmask = ncap - 1
+            for j in range(cap):
+                if vals[j] >= 0:
+                    k = keys[j]
+                    g = np.int64(_mix(k) >> np.uint64(64 - bits))
+                    while nvals[g] >= 0:
+                        g = (g + 1) & nmask
+                    nkeys[g] = k
+                    nvals[g] = vals[j]
+            keys, vals, cap, mask = nkeys, nvals, ncap, nmask
+        if pos == size:  # compact time: renumber the live marks 0..live-1 in order
+            slots = np.empty(live, np.int64)
+            k = 0
+            for j in range(cap):
+                if vals[j] >= 0:
+                    slots[k] = j
+                    k += 1
+            order = np.argsort(vals[slots])
+            for r in range(live):
+                vals[slots[order[r]]] = r
+            size = max(4096, 4 * live)
+            tree = np.zeros(size + 1, np.int32)
+            for i in range(1, live + 1):
+                tree[i] += 1
+                j = i + (i & (-i))
+                if j <= size:
+                    tree[j] += tree[i]
+            for i in range(live + 1, size + 1):
+                j = i + (i & (-i))
+                if j <= size:
+                    tree[j] += tree[i]
+            pos = live
+    return out
+
+
+def stack_distances(lines: np.ndarray) -> np.ndarray:
+    """Exact LRU stack distance (in distinct lines) of each access; -1 for a first touch."""
+    lines = np.ascontiguousarray(lines, dtype=np.int64)
+    out = np.empty(lines.shape[0], np.int64)
+    if lines.shape[0]:
+        _stack_distances(lines, out)
+    return out
+
+
+@numba.njit(cache=True)
+def _shards_mask(lines, threshold, out):
+    for i in range(lines.shape[0]):
+        out[i] = _hash_top(lines[i]) < np.uint64(threshold)
+    return out
+
+
+def shards_filter(lines: np.ndarray, rate: float) -> np.ndarray:
+    """Boolean mask of the accesses SHARDS keeps at sampling rate ``rate``."""
+    lines = np.ascontiguousarray(lines, dtype=np.int64)
+    return _shards_mask(lines, threshold_for(rate), np.empty(lines.shape[0], np.bool_))
+
+
+@numba.njit(cache=True)
+def _bin_of(d, edges):
+    # edges[i] <= d < edges[i+1]; beyond the last edge: last finite bin
+    lo = 0
+    hi = edges.shape[0] - 1
+    if d >= edges[hi]:
+        return hi - 1
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if edges[mid] <= d:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def _histogram(dist, is_store, scale, edges, hist):
+    cold = edges.shape[0] - 1
+    w = scale
+    for t in range(dist.shape[0]):
+        a = 1 if is_store[t] else 0
+        d = dist[t]
+        if d < 0:
+            hist[a, cold] += w
+        else:
+            hist[a, _bin_of(d * scale, edges)] += w
+    return hist
+
+
+def reuse_histogram(lines: np.ndarray, is_store: np.ndarray | None = None, *, sample_rate: float = 1.0) -> np.ndarray:
+    """Histogram ``[2, N_REUSE_BINS]`` (loads, stores) of the stream's stack distances.
+
+    With ``sample_rate < 1`` only the SHARDS-sampled lines are analysed and distances and
+    counts are scaled by ``1/sample_rate`` (an estimate of the full histogram).
+    """
+    lines = np.ascontiguousarray(lines, dtype=np.int64)
+    st = np.zeros(lines.shape[0], np.bool_) if is_store is None else np.ascontiguousarray(is_store, dtype=np.bool_)
+    if st.shape != lines.shape:
+        raise ValueError("is_store and lines differ in length")
+    scale = 1.0
+    if sample_rate < 1.0:
+        keep = shards_filter(lines, sample_rate)
+        lines, st = lines[keep], st[keep]
+        scale = (1 << HASH_BITS) / threshold_for(sample_rate)
+    hist = np.zeros((2, N_REUSE_BINS), np.float64)
+    return _histogram(stack_distances(lines), st, scale, _EDGES, hist)
+
+
+@numba.njit(cache=True)
+def _burst_lines(words, shift, lines, stores, burst_of):
+    n = 0
+    b = 0
+    for w in words:
+        if w >> np.uint64(63):
+            b = np.int64(w & np.uint64(0x7FFFFFFFFFFFFFFF))
+            continue
+        lines[n] = np.int64((w >> np.uint64(1)) >> np.uint64(shift))
+        stores[n] = (w & np.uint64(1)) != 0
+        burst_of[n] = b
+        n += 1
+    return n
+
+
+@numba.njit(cache=True)
+def _burst_hist(dist, stores, burst_of, scale, edges, hist):
+    cold = edges.shape[0] - 1
+    for t in range(dist.shape[0]):
+        a = 1 if stores[t] else 0
+        d = dist[t]
+        k = cold if d < 0 else _bin_of(d * scale, edges)
+        hist[burst_of[t], a, k] += scale
+    return hist
+
+
+def burst_histograms(words: np.ndarray, n_bursts: int, line_bytes: int, scale: float) -> np.ndarray:
+    """Histograms ``[n_bursts, 2, N_REUSE_BINS]`` from the tool's access words (32-byte units).
+
+    The LRU stack runs over the whole stream (a burst starts with the cache state the previous
+    ones left); distances and counts are scaled by ``scale = 1/R``.
+    """
+    if line_bytes < 32 or line_bytes & (line_bytes - 1):
+        raise ValueError(f"line size must be a power of two >= 32 bytes, got {line_bytes}")
+    words = np.ascontiguousarray(words, dtype=np.uint64)
+    n = words.shape[0]
+    lines = np.empty(n, np.int64)
+    stores = np.empty(n, np.bool_)
+    burst_of = np.empty(n, np.int64)
+    m = _burst_lines(words, int(math.log2(line_bytes // 32)), lines, stores, burst_of)
+    if m and (burst_of[:m].max() >= n_bursts):
+        raise ValueError(f"access words name burst {int(burst_of[:m].max())} of {n_bursts}")
+    hist = np.zeros((n_bursts, 2, N_REUSE_BINS), np.float64)
+    return _burst_hist(stack_distances(lines[:m]), stores[:m], burst_of[:m], float(scale), _EDGES, hist)
+
+
+# ---- associativity and hierarchies ------------------------------------------------------
+
+def set_assoc_hit_prob(distance: np.ndarray, n_sets: int, ways: int) -> np.ndarray:
+    """Smith's model: P(hit | fully-associative stack distance d) in an S-set, W-way LRU cache."""
+    from scipy.stats import binom
+
+    d = np.asarray(distance, dtype=np.float64)
+    if n_sets <= 1:
+        return (d < ways).astype(np.float64)
+    return binom.cdf(ways - 1, np.floor(np.maximum(d, 0.0)), 1.0 / n_sets)
+
+
+PLACEMENTS = ("balanced", "random")
+
+
+def hit_fraction_assoc(hist: np.ndarray, cache_lines: int, ways: int, *, placement: str = "balanced",
+                       points_per_bin: int = 16) -> float:
+    """Expected hit fraction of a histogram (one access kind) in a set-associative LRU cache.
+
+    Distances are taken uniform within a bin (as pmac.memsig.hit_fraction). ``placement``:
+    "balanced" (lines spread evenly over sets: the fully-associative answer) or "random"
+    (Smith's binomial model, :func:`set_assoc_hit_prob`). ``ways >= cache_lines`` is fully
+    associative under both.
+    """
+    hist = np.asarray(hist, dtype=np.float64)
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    if ways <= 0 or cache_lines <= 0:
+        raise ValueError("cache_lines and ways must be positive")
+    total = hist.sum()
+    if total <= 0:
+        return 0.0
+    if placement == "balanced":
+        return hit_fraction(hist, cache_lines)
+    ways = min(ways, cache_lines)
+    n_sets = max(1, cache_lines // ways)
+    lo = REUSE_BIN_EDGES_LINES[:-1]
+    hi = REUSE_BIN_EDGES_LINES[1:]
+    hits = 0.0
+    for b in range(COLD_BIN):
+        if hist[b] == 0.0:
+            continue
+        width = int(hi[b] - lo[b])
+        pts = np.arange(lo[b], hi[b]) if width <= points_per_bin else \
+            lo[b] + (np.arange(points_per_bin) + 0.5) * (width / points_per_bin)
+        hits += hist[b] * float(set_assoc_hit_prob(pts, n_sets, ways).mean())
+    return hits / total
+
+
+def level_fractions(hist: np.ndarray, levels: list[tuple[int, int]], *, placement: str = "balanced") -> np.ndarray:
+    """Fraction of accesses served by each level and by memory (last entry).
+
+    ``levels`` = [(cache_lines, ways), ...] smallest first, all at the histogram's line size;
+    every level sees every access (an LRU stack per level, inclusive), so level L serves
+    ``P_L(hit) - P_{L-1}(hit)``.
+    """
+    cum = [0.0]
+    for lines, ways in levels:
+        cum.append(max(cum[-1], hit_fraction_assoc(hist, lines, ways, placement=placement)))
+    cum.append(1.0)
+    return np.diff(np.asarray(cum))
+
+
+@numba.njit(cache=True)
+def _simulate_lru(lines, n_sets, ways, hits):
+    tags = np.full((n_sets, ways), -1, np.int64)
+    age = np.zeros((n_sets, ways), np.int64)
+    for t in range(lines.shape[0]):
+        ln = lines[t]
+        s = ln % n_sets
+        victim = 0
+        hit = False
+        for w in range(ways):
+            if tags[s, w] == ln:
+                age[s, w] = t + 1
+                hit = True
+                break
+            if age[s, w] < age[s, victim]:
+                victim = w
+        if not hit:
+            tags[s, victim] = ln
+            age[s, victim] = t + 1
+        hits[t] = hit
+    return hits
+
+
+def simulate_lru(lines: np.ndarray, cache_lines: int, ways: int) -> np.ndarray:
+    """Direct simulation of a set-associative LRU cache (set = line mod n_sets): hit per access."""
+    lines = np.ascontiguousarray(lines, dtype=np.int64)
+    ways = min(ways, cache_lines)
+    n_sets = max(1, cache_lines // ways)
+    return _simulate_lru(lines, n_sets, ways, np.empty(lines.shape[0], np.bool_))

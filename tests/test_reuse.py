@@ -1,0 +1,124 @@
+"""pmac.reuse: exact stack distances, histograms, SHARDS sampling, associativity model."""
+
+import numpy as np
+import pytest
+
+from pmac.memsig import COLD_BIN, N_REUSE_BINS, REUSE_BIN_EDGES_LINES, hit_fraction
+from pmac.reuse import (burst_histograms, hit_fraction_assoc, level_fractions, reuse_histogram,
+                        set_assoc_hit_prob, shards_filter, simulate_lru, stack_distances)
+
+
+def lru_reference(lines):
+    """Independent O(n * distinct) LRU stack: distance = position from the top."""
+    stack, out = [], []
+    for x in lines:
+        if x in stack:
+            i = stack.index(x)
+            out.append(len(stack) - 1 - i)
+            stack.pop(i)
+        else:
+            out.append(-1)
+        stack.append(x)
+    return np.array(out)
+
+
+def test_hand_made_stream_distances_and_histogram():
+    # A B C A B C D A: the second A/B/C see two distinct lines in between, the last A three
+    lines = np.array([10, 20, 30, 10, 20, 30, 40, 10])
+    assert stack_distances(lines).tolist() == [-1, -1, -1, 2, 2, 2, -1, 3]
+    assert REUSE_BIN_EDGES_LINES[:5].tolist() == [0, 1, 2, 3, 4]
+    stores = np.array([0, 0, 0, 1, 0, 0, 1, 0], bool)
+    h = reuse_histogram(lines, stores)
+    assert h.shape == (2, N_REUSE_BINS)
+    # loads: cold A B C, distance 2 (B, C), distance 3 (A); stores: A at 2, D cold
+    assert h[0, COLD_BIN] == 3 and h[0, 2] == 2 and h[0, 3] == 1 and h[0].sum() == 6
+    assert h[1, 2] == 1 and h[1, COLD_BIN] == 1 and h[1].sum() == 2
+    # immediate re-use is distance 0
+    assert stack_distances(np.array([5, 5, 5])).tolist() == [-1, 0, 0]
+
+
+def test_random_stream_matches_reference_across_compactions():
+    rng = np.random.default_rng(3)
+    lines = rng.integers(0, 2500, 12000) * 7919  # > 4096 accesses: time is compacted twice
+    np.testing.assert_array_equal(stack_distances(lines), lru_reference(lines))
+
+
+def test_cyclic_stream_grows_the_table():
+    n = 40000  # more lines than the initial hash table holds at half load
+    lines = np.tile(np.arange(n, dtype=np.int64) * 64, 3)
+    d = stack_distances(lines)
+    assert (d[:n] == -1).all() and (d[n:] == n - 1).all()
+
+
+def test_two_level_hit_rates_equal_direct_lru_simulation():
+    rng = np.random.default_rng(5)
+    # a mix of a hot set, a warm set and a streaming sweep
+    hot = rng.integers(0, 40, 20000)
+    warm = rng.integers(1000, 1800, 20000)
+    sweep = np.arange(20000) % 5000 + 10000
+    lines = np.where(rng.random(20000) < 0.5, hot, np.where(rng.random(20000) < 0.6, warm, sweep))
+    h = reuse_histogram(lines)[0]
+    l1, l2 = 64, 1024  # powers of two are bin edges, so the binned model is exact here
+    sim1 = simulate_lru(lines, l1, l1)
+    sim2 = simulate_lru(lines, l2, l2)
+    assert not (sim1 & ~sim2).any()  # LRU inclusion
+    expect = np.array([sim1.mean(), (sim2 & ~sim1).mean(), (~sim2).mean()])
+    got = level_fractions(h, [(l1, l1), (l2, l2)])
+    np.testing.assert_allclose(got, expect, atol=1e-12)
+    assert hit_fraction(h, l2) == pytest.approx(sim2.mean(), abs=1e-12)
+
+
+def test_shards_sampling_error_is_bounded():
+    rng = np.random.default_rng(7)
+    lines = rng.integers(0, 100_000, 1_000_000)
+    exact = reuse_histogram(lines)[0]
+    samp = reuse_histogram(lines, sample_rate=0.05)[0]
+    assert samp.sum() == pytest.approx(exact.sum(), rel=0.03)
+    for c in (1024, 8192, 65536):
+        assert abs(hit_fraction(samp, c) - hit_fraction(exact, c)) < 0.01
+    keep = shards_filter(lines, 0.05)
+    assert keep.mean() == pytest.approx(0.05, abs=0.01)
+    # spatial: a line is either always or never sampled
+    assert len(set(lines[keep]) & set(lines[~keep])) == 0
+
+
+def test_associativity_model_against_set_associative_simulation():
+    # Smith's binomial model assumes random placement. Measured on a random stream over 3000
+    # lines: 0.08 pp (512 lines, 8 ways), 0.03 pp (1024, 16) but -4.4 pp at 2048 lines 4-way,
+    # where the working set is 1.5x the cache: the binomial tail ignores that a set only
+    # holds its own few lines, so it overstates conflict misses when the sets are nearly full.
+    rng = np.random.default_rng(11)
+    lines = rng.integers(0, 3000, 200_000)
+    h = reuse_histogram(lines)[0]
+    for cache_lines, ways, tol in ((512, 8, 0.002), (1024, 16, 0.002), (2048, 4, 0.05)):
+        sim = simulate_lru(lines, cache_lines, ways).mean()
+        model = hit_fraction_assoc(h, cache_lines, ways, placement="random")
+        assert abs(model - sim) < tol, (cache_lines, ways, model, sim)
+    # contiguous data fills the sets evenly: the balanced model is exact, the binomial one
+    # is ~40 pp too pessimistic (bench/reuse_distance prints these errors)
+    sweep = np.arange(100_000) % 460
+    hs = reuse_histogram(sweep)[0]
+    sim = simulate_lru(sweep, 512, 8).mean()
+    assert hit_fraction_assoc(hs, 512, 8) == pytest.approx(sim, abs=1e-9)
+    assert hit_fraction_assoc(hs, 512, 8, placement="random") < sim - 0.3
+    with pytest.raises(ValueError, match="placement"):
+        hit_fraction_assoc(hs, 512, 8, placement="lru")
+    # the fully-associative limit is the plain step function
+    assert set_assoc_hit_prob(np.array([0, 3, 4, 9]), 1, 4).tolist() == [1, 1, 0, 0]
+    assert set_assoc_hit_prob(np.array([3]), 1000, 4)[0] == pytest.approx(1.0)
+
+
+def test_burst_histograms_from_tool_words():
+    marker = np.uint64(1 << 63)
+    # burst 0: load A, load B; burst 1: load A (distance 1), store B (distance 1)
+    a, b = 100, 101
+    words = np.array([marker | np.uint64(0), a << 1, b << 1, marker | np.uint64(1), a << 1, (b << 1) | 1],
+                     dtype=np.uint64)
+    h = burst_histograms(words, 2, 32, 1.0)
+    assert h[0, 0, COLD_BIN] == 2 and h[0].sum() == 2
+    assert h[1, 0, 1] == 1 and h[1, 1, 1] == 1 and h[1].sum() == 2
+    # at 64-byte lines A (100) and B (101) share a line: B hits at distance 0
+    h64 = burst_histograms(words, 2, 64, 4.0)
+    assert h64[0, 0, COLD_BIN] == 4 and h64[0, 0, 0] == 4   # scaled by 1/R = 4
+    with pytest.raises(ValueError, match="burst 1 of 1"):
+        burst_histograms(words, 1, 32, 1.0)
