@@ -145,17 +145,17 @@ def _copy_par(a, b, sweeps, n_threads):
 # ------------------------------------------------------------------ pointer chase
 
 @njit(cache=True)
-def _sattolo_lines(n_lines, stride, seed):
-    """next[line*stride] = (next line)*stride along one random cycle through all lines."""
+def _sattolo_lines(nxt, n_lines, stride, seed):
+    """nxt[line*stride] = (next line)*stride along one random cycle through all lines.
+
+    ``nxt`` is allocated by numpy (huge pages like every other probe buffer), filled here."""
     np.random.seed(seed)
     order = np.arange(n_lines)
     for i in range(n_lines - 1, 0, -1):
         j = np.random.randint(0, i)  # j < i: Sattolo, a single cycle
         order[i], order[j] = order[j], order[i]
-    nxt = np.zeros(n_lines * stride, dtype=np.int64)
     for i in range(n_lines):
         nxt[i * stride] = order[i] * stride
-    return nxt
 
 
 @njit(cache=True)
@@ -167,10 +167,10 @@ def _chase(nxt, steps):
 
 
 @njit(cache=True)
-def _permutation_in_slices(n, n_slices, seed):
-    """int32 indices: within each of n_slices contiguous slices, a random permutation of it."""
+def _permutation_in_slices(idx, n_slices, seed):
+    """Fill int32 idx: within each of n_slices contiguous slices, a random permutation of it."""
     np.random.seed(seed)
-    idx = np.empty(n, dtype=np.int32)
+    n = idx.size
     for t in range(n_slices):
         lo = n * t // n_slices
         hi = n * (t + 1) // n_slices
@@ -179,7 +179,6 @@ def _permutation_in_slices(n, n_slices, seed):
         for i in range(hi - 1, lo, -1):
             j = lo + np.random.randint(0, i - lo + 1)
             idx[i], idx[j] = idx[j], idx[i]
-    return idx
 
 
 # ------------------------------------------------------------------ front end
@@ -193,8 +192,8 @@ class Params:
     threshold: float = 0.02
     window: int = 5
     min_reps: int = 5
-    max_reps: int = 25
-    point_budget_s: float = 1.5
+    max_reps: int = 20
+    point_budget_s: float = 0.6
     latency_steps_min: int = 200_000
     accesses: tuple = ACCESS_KINDS
     core_counts: tuple = ()          # () -> (1, all cores)
@@ -251,7 +250,8 @@ class _Point:
         if access == "load_random":
             n = max(ws_bytes // 12, n_cores)
             self.a = np.full(n, 1.0)
-            self.idx = _permutation_in_slices(n, n_cores, seed)
+            self.idx = np.empty(n, dtype=np.int32)
+            _permutation_in_slices(self.idx, n_cores, seed)
             self.bytes_per_sweep = 12 * n
         elif access == "copy":
             n = max(ws_bytes // 16, n_cores)
@@ -318,7 +318,8 @@ def measure_latency_point(ws_bytes: int, p: Params) -> tuple[int, list[float]]:
     """Pointer chase; returns (working_set_bytes, seconds per load for each repetition)."""
     stride = LINE_BYTES // 8
     n_lines = max(ws_bytes // LINE_BYTES, 2)
-    nxt = _sattolo_lines(n_lines, stride, 7)
+    nxt = np.zeros(n_lines * stride, dtype=np.int64)
+    _sattolo_lines(nxt, n_lines, stride, 7)
     steps = max(p.latency_steps_min, 2 * n_lines)
     _chase(nxt, n_lines)  # warm
     out = []

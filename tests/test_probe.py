@@ -134,3 +134,28 @@ def test_cli_rejects_bad_name(capsys, tmp_path):
     assert err == ["pmac probe: error: invalid machine name 'a/b' (a plain file name, no '/')"]
     with pytest.raises(InputError):
         run_probe("", quick=True, out_dir=tmp_path)
+
+
+def test_all_cores_kernel_counts_every_core():
+    if pm.n_cores_available() < 2:
+        pytest.skip("single core machine")
+    r = pm.measure_point("load_unit", 256 * KiB, 2, small_params(max_reps=3))
+    assert r.n_cores == 2 and min(r.bandwidth_bytes_per_s) > 0
+
+
+def test_single_core_machine_skips_network_with_a_note(monkeypatch, tmp_path):
+    rows = [("flop_scalar", 64.0, 0, 1e9), ("flop_simd", 512.0, 0, 4e9), ("dependency", 1.0, 0, 5e8),
+            ("dependency", 8.0, 0, 4e9), ("branch", 0.0, 0, 1e-9), ("branch", 0.5, 0, 4e-9),
+            ("branch_miss", 0.0, 0, 0.0), ("branch_miss", 0.5, 0, 0.5)]
+    monkeypatch.setattr(pm, "n_cores_available", lambda: 1)
+    monkeypatch.setattr(pc, "run", lambda **kw: rows)
+    prof = run_probe("one", quick=True, out_dir=tmp_path, network=True,
+                     memory_params=small_params(min_bytes=64 * KiB, max_bytes=4 * MiB, max_reps=3))
+    w = prof.provenance["warnings"]
+    assert "single core: no all-cores bandwidth curves" in w
+    assert "single core: intra-node ping-pong needs two cores; network section skipped" in w
+    assert prof.network is None and {c.n_cores for c in prof.node.bandwidth_curves} == {1}
+    comp = load_profile(tmp_path / "one.yaml").node.compute
+    assert comp.flop_per_s_simd == 4e9 and comp.simd_width_bits == 512
+    assert comp.dependency_distance == (1.0, 8.0) and comp.branch_cost_s == (1e-9, 4e-9)
+    assert comp.branch_miss_frac == (0.0, 0.5)
