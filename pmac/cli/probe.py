@@ -28,8 +28,13 @@ def run(args) -> int:
         bar.close()
     if prof is None:  # a non-root rank of an mpiexec job
         return 0
-    for w in prof.provenance.get("warnings", []):
+    warnings = prof.provenance.get("warnings", [])
+    unstable = [w for w in warnings if "did not stabilise" in w]
+    for w in [w for w in warnings if w not in unstable] + unstable[:5]:
         print(f"pmac probe: warning: {w}", file=sys.stderr)
+    if len(unstable) > 5:
+        print(f"pmac probe: warning: ... {len(unstable) - 5} more points did not stabilise "
+              f"(all listed in provenance.warnings of the profile)", file=sys.stderr)
     node = prof.node
     print(f"wrote {args.out_dir}/{prof.name}.yaml and {prof.raw_file} "
           f"({prof.provenance.get('duration_s', 0):.0f} s)")
