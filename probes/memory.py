@@ -9,7 +9,7 @@ Runs on its own (copy it to a new system; it needs only numpy and numba)::
 What is measured
 ----------------
 *Bandwidth* for the access kinds ``load_unit`` (sum of a float64 array, unit stride),
-``load_random`` (gather ``a[idx[i]]`` through an int32 random permutation; bytes counted = the
+``load_random`` (gather ``a[idx[i]]`` through a uint32 random permutation; bytes counted = the
 8-byte data load plus the 4-byte index load, i.e. every byte loaded), ``store`` (fill a float64
 array) and ``copy`` (``b[i] = a[i]``; bytes counted both ways). ``working_set_bytes`` is every
 byte the kernel touches per sweep (for ``copy`` both arrays, for ``load_random`` data + index).
@@ -168,7 +168,7 @@ def _chase(nxt, steps):
 
 @njit(cache=True)
 def _permutation_in_slices(idx, n_slices, seed):
-    """Fill int32 idx: within each of n_slices contiguous slices, a random permutation of it."""
+    """Fill idx: within each of n_slices contiguous slices, a random permutation of it."""
     np.random.seed(seed)
     n = idx.size
     for t in range(n_slices):
@@ -250,7 +250,7 @@ class _Point:
         if access == "load_random":
             n = max(ws_bytes // 12, n_cores)
             self.a = np.full(n, 1.0)
-            self.idx = np.empty(n, dtype=np.int32)
+            self.idx = np.empty(n, dtype=np.uint32)  # unsigned: no negative-index wraparound test
             _permutation_in_slices(self.idx, n_cores, seed)
             self.bytes_per_sweep = 12 * n
         elif access == "copy":
