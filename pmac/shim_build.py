@@ -152,6 +152,17 @@ def _prefer_libmpi(paths: list[str]) -> str:
     return paths[0]
 
 
+def _project_libmpi(prog: str) -> str:
+    mpi = find_mpi()
+    if mpi.mpicc:
+        libdir = Path(mpi.mpicc).resolve().parent.parent / "lib"
+        libs = sorted(libdir.glob("libmpi.so*"), key=lambda p: (p.name == "libmpi.so", len(p.name)))  # the soname
+        if libs:
+            return str(libs[0].resolve())
+    raise InputError("neither an ELF program nor a Python script, and the project's MPI library was not found: "
+                     "trace the MPI program itself", path=prog)
+
+
 def detect_libmpi(prog: str, env: dict | None = None) -> str:
     """Resolved path of the MPI library the program loads."""
     check_interposable(prog)
@@ -163,6 +174,9 @@ def detect_libmpi(prog: str, env: dict | None = None) -> str:
             why = r.stdout.strip() or r.stderr.strip()[-300:]
             raise ToolMissingError(f"{py} does not load an MPI library through mpi4py ({why})")
         return os.path.realpath(_prefer_libmpi(libs))
+    is_elf, _ = _elf_interp(prog)
+    if not is_elf:  # a shell script or other wrapper: assume the project's MPI
+        return _project_libmpi(prog)
     e = dict(os.environ if env is None else env)
     e["LD_TRACE_LOADED_OBJECTS"] = "1"  # the dynamic loader lists what it loads, runs nothing
     r = subprocess.run([prog], capture_output=True, text=True, timeout=60, env=e)

@@ -326,3 +326,18 @@ def test_fortran_open_mpi(env, n):
     bc = ev[ev["op"] == Op.BCAST].sort_values("rank")
     expect_root = [max(q for q in range(n) if q % 2 == r % 2) for r in range(n)]  # key = n - rank
     assert list(bc["root"]) == expect_root
+
+
+def test_find_program_and_wrapper_script(env, tmp_path):
+    from pmac.shim_build import detect_libmpi, find_program
+
+    wrap = tmp_path / "run.sh"
+    wrap.write_text(f'#!/bin/sh\nexec {env["app"]} "$@"\n')
+    wrap.chmod(0o755)
+    argv = [env["mpi"].mpiexec, "-n", "2", "-genv", "X", "1", str(wrap), "3"]
+    assert find_program(argv) == str(wrap)
+    assert find_program([env["app"], "1"]) == env["app"]
+    # a script is not ELF: the project's MPI is assumed, the same library the C program loads
+    assert detect_libmpi(str(wrap)) == detect_libmpi(env["app"]) == env["shim"].libmpi
+    with pytest.raises(InputError, match="cannot find the program to trace"):
+        find_program([env["mpi"].mpiexec, "-n", "2"])
