@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -67,12 +68,33 @@ def run_traced(argv: list[str], raw_dir: str | Path, *, shim: ShimBuild | None =
     e = preload_env(shim, raw_dir, base)
     t0 = time.monotonic()
     try:
-        rc = subprocess.run(argv, env=e, timeout=timeout_s).returncode
+        # own process group: a timeout stops mpiexec *and* its ranks (SIGTERM first: the shim
+        # writes what it buffered; SIGKILL after a grace period)
+        proc = subprocess.Popen(argv, env=e, start_new_session=True)
     except FileNotFoundError:
         raise InputError(f"command not found: {argv[0]}") from None
+    try:
+        rc = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        rc = -9
+        _stop_group(proc)
+        rc = proc.returncode if proc.returncode is not None else -9
+    except KeyboardInterrupt:
+        _stop_group(proc)
+        raise
     return rc, time.monotonic() - t0, shim
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def trace_mpi(argv: list[str], out: str | Path, *, parameters: dict[str, Any] | None = None,

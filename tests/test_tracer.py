@@ -37,11 +37,11 @@ def env(tmp_path_factory):
     mp.undo()
 
 
-def _trace(env, n, args, name, **kw):
+def _trace(env, n, args, name, timeout_s=60, **kw):
     from pmac.tracer import trace_mpi
 
     argv = [env["mpi"].mpiexec, "-n", str(n), *args]
-    return trace_mpi(argv, env["dir"] / name, timeout_s=60, **kw)
+    return trace_mpi(argv, env["dir"] / name, timeout_s=timeout_s, **kw)
 
 
 def _counts(ev, rank):
@@ -341,3 +341,28 @@ def test_find_program_and_wrapper_script(env, tmp_path):
     assert detect_libmpi(str(wrap)) == detect_libmpi(env["app"]) == env["shim"].libmpi
     with pytest.raises(InputError, match="cannot find the program to trace"):
         find_program([env["mpi"].mpiexec, "-n", "2"])
+
+
+def test_every_op_has_a_wrapper():
+    from pmac import shim_gen
+
+    assert {w.op for w in shim_gen.WRAPPERS} == set(Op)
+    names = shim_gen.wrapped_names()
+    assert len(names) == len(set(names)) and "MPI_Allreduce_c" in names and "MPI_Ibarrier" in names
+    assert "mpi_send_" in shim_gen.fortran_names() and "mpi_mprobe_" not in shim_gen.fortran_names()
+    src = shim_gen.generate()
+    assert "VG_USERREQ_TOOL_BASE('P','M') + 0, seq" in src  # the memory-tracer contract heads the source
+
+
+def test_timeout_stops_the_ranks_and_keeps_their_records(env, tmp_path):
+    """A hanging program: the timeout sends SIGTERM to the whole process group; records survive."""
+    src = tmp_path / "hang.c"
+    src.write_text("#include <mpi.h>\n#include <unistd.h>\nint main(int c, char **v) { MPI_Init(&c, &v); "
+                   "MPI_Barrier(MPI_COMM_WORLD); for (;;) pause(); }\n")
+    exe = tmp_path / "hang"
+    subprocess.run([env["mpi"].mpicc, "-o", str(exe), str(src)], check=True)
+    res = _trace(env, 2, [str(exe)], "hang", timeout_s=3)
+    assert res.returncode != 0
+    ev = res.signature.events
+    assert [Op(o).name for o in ev[ev["rank"] == 0]["op"]] == ["INIT", "BARRIER"]
+    assert sorted(ev["rank"].unique()) == [0, 1]
