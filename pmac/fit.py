@@ -4,7 +4,8 @@ Cache levels are *detected* from the plateaus of the one-core unit-stride bandwi
 *cross-checked* against what the OS reports (``/sys/devices/system/cpu/cpu0/cache``; ``lscpu``
 when sysfs lacks it; neither -> measured only, and said so).
 
-Detection: the curve's log-bandwidth against log-size is split into piecewise-constant
+Detection: the curve's log-bandwidth (after a running median of three points, so one disturbed
+point moves nothing) against log-size is split into piecewise-constant
 segments by exact dynamic programming (least squares), the number of segments chosen by BIC
 with a noise level estimated from the curve itself; adjacent segments whose bandwidth does not
 fall by at least ``min_drop_frac`` are merged (a rise, e.g. loop overhead at tiny sizes, is
@@ -160,13 +161,16 @@ def _segment_dp(y: np.ndarray, k_max: int) -> tuple[list[list[int]], np.ndarray]
 
 
 def detect_plateaus(working_set_bytes, bandwidth_bytes_per_s, *, min_drop_frac: float = 0.12,
-                    k_max: int = 8) -> list[Plateau]:
+                    k_max: int = 8, smooth: bool = True) -> list[Plateau]:
     """Plateaus of a bandwidth curve, largest bandwidth (smallest sizes) first; the last is memory."""
     x = np.asarray(working_set_bytes, dtype=np.float64)
     bw = np.asarray(bandwidth_bytes_per_s, dtype=np.float64)
     if len(x) < 3 or np.any(bw <= 0) or np.any(np.diff(x) <= 0):
         raise ValueError("need at least 3 points with increasing sizes and positive bandwidth")
     y = np.log(bw)
+    if smooth and len(y) >= 5:
+        # running median of 3: one disturbed point (a noisy neighbour) moves no edge
+        y = np.concatenate([y[:1], np.median(np.stack([y[:-2], y[1:-1], y[2:]]), axis=0), y[-1:]])
     n = len(y)
     d = np.diff(y)
     sigma = max(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2), 0.005)
