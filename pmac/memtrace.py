@@ -1,0 +1,311 @@
+"""Memory signatures of unmodified programs: run them under pmac's valgrind tool, read, join.
+
+:func:`trace_memory` runs ``argv`` (a plain program, or ``mpiexec ... ./app args``) with the
+tool (pmac.vgtool_build) on the sampled ranks only: a small wrapper script placed before the
+program in the command line checks the rank (``PMI_RANK``, ``OMPI_COMM_WORLD_RANK``,
+``PMIX_RANK``) and execs valgrind or the program. The PMPI shim (pmac.shim_build) is preloaded
+so that each MPI call issues the client requests that cut bursts; it writes no trace (no
+``PMAC_TRACE_DIR``). The tool's per-rank files are read by :func:`read_tool_output` and turned
+into the pmac.memsig tables by :func:`memory_tables` (reuse histograms from the sampled access
+stream via pmac.reuse), then written as ``memory.npz`` into the signature folder.
+
+Numba programs: valgrind's CPU lacks AVX-512 and numba would otherwise compile for the CPU it
+detects, so ``NUMBA_CPU_NAME`` is pinned (default ``haswell``; pin the same value in the run you
+measure). Jitted code has no symbols: its functions appear as ``?0x<page>`` (its 4 KiB code page)
+in the functions table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from .errors import InputError, TruncatedError
+from .memsig import BURSTS, FUNCTIONS, LINE_SIZES_BYTES, REUSE
+from .reuse import HASH_BITS, burst_histograms
+from .schema import provenance
+from .signature import (HEADER_FILE, MEMORY_FILE, Signature, SignatureHeader, load_signature, make_signature,
+                        save_signature)
+from .vgtool_build import build_tool, valgrind_command
+
+#: counters of the tool, in file order (pmac_vg.c enum C_*)
+COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256",
+            "fp_512", "flop", "branches", "branch_misses", "dep_sum", "dep_n", "sampled")
+NC = len(COUNTERS)
+_HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("n_counters", "<u4"), ("hash_bits", "<u4"),
+                    ("threshold", "<u4"), ("pid", "<i4"), ("flags", "<u4"), ("n_bursts", "<i8"),
+                    ("n_functions", "<i8"), ("n_acc_words", "<i8"), ("pad", "S8")])
+_ACC_HEADER = np.dtype([("magic", "S8"), ("hash_bits", "<u4"), ("threshold", "<u4")])
+_BURST = np.dtype([("seq", "<i8"), ("c", "<u8", (NC,))])
+_FUNC = np.dtype([("name", "S64"), ("object", "S64"), ("c", "<u8", (NC,))])
+TRAILER = b"PMACEND1"
+DEFAULT_SAMPLE_RATE = 1.0 / 16
+DEFAULT_NUMBA_CPU = "haswell"
+_UNHANDLED = ("unhandled instruction bytes", "Illegal opcode", "unhandled instruction")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolOutput:
+    """One process's tool files, decoded."""
+    pid: int
+    sample_rate: float
+    mpi: dict[str, int]           # counters of code inside MPI calls
+    burst_seq: np.ndarray         # int64 [n_bursts]
+    bursts: np.ndarray            # uint64 [n_bursts, NC]
+    function: np.ndarray          # str [n_functions]
+    object: np.ndarray            # str [n_functions]
+    functions: np.ndarray         # uint64 [n_functions, NC]
+    words: np.ndarray             # uint64 sampled access words (pmac_vg.c)
+
+
+def read_tool_output(path: str | Path) -> ToolOutput:
+    """Read ``path`` (summary) and ``path.acc`` (sampled accesses) written by pmac_vg."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the memory tracer's output: {exc.strerror}", path=path) from None
+    if len(data) < _HEADER.itemsize:
+        raise TruncatedError(f"{len(data)} bytes: shorter than the {_HEADER.itemsize}-byte header", path=path)
+    h = np.frombuffer(data[:_HEADER.itemsize], _HEADER)[0]
+    if h["magic"] != b"PMACVGS1":
+        raise InputError("not a pmac_vg summary file (bad magic)", path=path)
+    if h["version"] != 1 or h["n_counters"] != NC:
+        raise InputError(f"pmac_vg summary version {h['version']} with {h['n_counters']} counters; "
+                         f"this pmac reads version 1 with {NC}", path=path)
+    nb, nf = int(h["n_bursts"]), int(h["n_functions"])
+    need = _HEADER.itemsize + 8 * NC + nb * _BURST.itemsize + nf * _FUNC.itemsize + len(TRAILER)
+    if nb < 1 or nf < 0 or len(data) != need or data[-len(TRAILER):] != TRAILER:
+        raise TruncatedError(f"{len(data)} bytes where the header announces {nb} bursts and {nf} functions "
+                             f"({need} bytes): the traced program was killed before valgrind finished?",
+                             path=path)
+    off = _HEADER.itemsize
+    mpi = np.frombuffer(data, "<u8", NC, off)
+    off += 8 * NC
+    b = np.frombuffer(data, _BURST, nb, off)
+    off += nb * _BURST.itemsize
+    f = np.frombuffer(data, _FUNC, nf, off)
+    acc_path = Path(str(path) + ".acc")
+    try:
+        acc = acc_path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the sampled accesses: {exc.strerror}", path=acc_path) from None
+    nw = int(h["n_acc_words"])
+    if len(acc) < _ACC_HEADER.itemsize or acc[:8] != b"PMACVGA1":
+        raise InputError("not a pmac_vg access file (bad magic)", path=acc_path)
+    if len(acc) != _ACC_HEADER.itemsize + 8 * nw:
+        raise TruncatedError(f"{len(acc)} bytes where the summary announces {nw} access words "
+                             f"({_ACC_HEADER.itemsize + 8 * nw} bytes)", path=acc_path)
+    ah = np.frombuffer(acc[:_ACC_HEADER.itemsize], _ACC_HEADER)[0]
+    if ah["hash_bits"] != HASH_BITS or ah["threshold"] != h["threshold"] or h["hash_bits"] != HASH_BITS:
+        raise InputError("access file and summary disagree on the sampling parameters", path=acc_path)
+    words = np.frombuffer(acc, "<u8", nw, _ACC_HEADER.itemsize)
+    dec = np.vectorize(lambda s: s.decode("utf-8", "replace"), otypes=[object])
+    return ToolOutput(
+        pid=int(h["pid"]), sample_rate=float(h["threshold"]) / (1 << HASH_BITS),
+        mpi=dict(zip(COUNTERS, (int(x) for x in mpi))),
+        burst_seq=b["seq"].astype(np.int64), bursts=b["c"].astype(np.uint64),
+        function=dec(f["name"]).astype(str) if nf else np.zeros(0, str),
+        object=dec(f["object"]).astype(str) if nf else np.zeros(0, str),
+        functions=f["c"].astype(np.uint64).reshape(nf, NC), words=words,
+    )
+
+
+def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
+    """memsig columns from a [n, NC] counter block."""
+    col = {name: c[:, i].astype(np.int64) for i, name in enumerate(COUNTERS)}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dep = np.where(col["dep_n"] > 0, col["dep_sum"] / np.maximum(col["dep_n"], 1), np.nan)
+        miss = np.where(col["branches"] > 0, col["branch_misses"] / np.maximum(col["branches"], 1), np.nan)
+    out = {k: col[k] for k in ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar",
+                               "fp_128", "fp_256", "fp_512", "branches")}
+    out["flop"] = col["flop"].astype(np.float64)
+    out["dep_distance_mean"] = dep
+    out["branch_miss_frac"] = miss
+    return out
+
+
+def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...] = LINE_SIZES_BYTES) -> dict[str, pd.DataFrame]:
+    """The pmac.memsig tables (bursts, reuse, functions) of the traced ranks."""
+    bursts, reuse, funcs = [], [], []
+    for rank, o in sorted(outputs.items()):
+        n = len(o.burst_seq)
+        d = _derived(o.bursts)
+        bursts.append(pd.DataFrame({"rank": np.full(n, rank, np.int32), "seq": o.burst_seq, **d,
+                                    "sample_frac": np.full(n, o.sample_rate)}))
+        scale = 1.0 / o.sample_rate if o.sample_rate > 0 else 0.0
+        for lb in line_sizes:
+            h = burst_histograms(o.words, n, lb, scale)        # [n, 2, bins]
+            bi, ai, ki = np.nonzero(h)
+            reuse.append(pd.DataFrame({
+                "rank": np.full(len(bi), rank, np.int32), "seq": o.burst_seq[bi], "function": "",
+                "line_bytes": np.full(len(bi), lb, np.int32), "access": ai.astype(np.int8),
+                "bin": ki.astype(np.int16), "count": h[bi, ai, ki]}))
+        if len(o.function):
+            f = pd.DataFrame({"function": o.function, "object": o.object})
+            for i, name in enumerate(COUNTERS):
+                f[name] = o.functions[:, i].astype(np.int64)
+            f = f.groupby(["function", "object"], as_index=False, sort=False).sum()  # names cut at 63 chars
+            f = f[f["instructions"] > 0]
+            d = _derived(f[list(COUNTERS)].to_numpy(np.uint64))
+            funcs.append(pd.DataFrame({"rank": np.full(len(f), rank, np.int32), "function": f["function"].to_numpy(),
+                                       "object": f["object"].to_numpy(), **d})
+                         .sort_values("instructions", ascending=False, kind="stable"))
+    cat = (lambda parts, spec: spec.coerce(pd.concat(parts, ignore_index=True)) if parts else spec.empty())
+    return {"bursts": cat(bursts, BURSTS), "reuse": cat(reuse, REUSE), "functions": cat(funcs, FUNCTIONS)}
+
+
+_WRAPPER = """#!/bin/sh
+# pmac memory tracer: run this rank under valgrind when it is one of PMAC_VG_RANKS
+r="${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}"
+case " $PMAC_VG_RANKS " in
+  *" $r "*|"  ") exec %(vg)s --pmac-out="$PMAC_VG_DIR/rank-$r" "$@" ;;
+esac
+exec "$@"
+"""
+
+
+def _program_index(argv: list[str]) -> int:
+    from .shim_build import _LAUNCHERS, find_program
+
+    if Path(argv[0]).name not in _LAUNCHERS:
+        return 0
+    prog = find_program(argv)
+    for i, tok in enumerate(argv[1:], 1):
+        if tok.startswith("-") or tok.isdigit():
+            continue
+        p = shutil.which(tok) if "/" not in tok else tok
+        if p and os.path.abspath(p) == prog:
+            return i
+    raise InputError(f"cannot find the program in: {shlex.join(argv)}")
+
+
+def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ...] | None = None,
+                   sample_rate: float = DEFAULT_SAMPLE_RATE, env: dict | None = None,
+                   timeout_s: float | None = None) -> tuple[dict[int, Path], int, float, str]:
+    """Run the command with the sampled ranks under pmac_vg; (files per rank, exit code, wall s, stderr)."""
+    from .reuse import threshold_for
+
+    if not argv:
+        raise InputError("no command to trace (give it after --)")
+    tool = build_tool()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    e = dict(os.environ if env is None else env)
+    e["VALGRIND_LIB"] = tool.lib_dir
+    e.setdefault("NUMBA_CPU_NAME", DEFAULT_NUMBA_CPU)
+    i = _program_index(argv)
+    if i > 0:  # MPI: preload the shim for burst marks, wrap the program
+        from .mpi import mpi_env
+        from .shim_build import shim_for
+
+        e = mpi_env(e)
+        shim = shim_for(argv, e)
+        e["LD_PRELOAD"] = shim.library + (" " + e["LD_PRELOAD"] if e.get("LD_PRELOAD") else "")
+        e.pop("PMAC_TRACE_DIR", None)
+        vg = [a for a in valgrind_command(tool, "", sample_threshold=threshold_for(sample_rate))
+              if not a.startswith("--pmac-out=")]
+        wrapper = out_dir / "pmac-vg-wrap.sh"
+        wrapper.write_text(_WRAPPER % {"vg": shlex.join(vg)})
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+        e["PMAC_VG_DIR"] = str(out_dir)
+        e["PMAC_VG_RANKS"] = " ".join(str(r) for r in ranks) if ranks else ""
+        cmd = argv[:i] + [str(wrapper)] + argv[i:]
+    else:
+        cmd = valgrind_command(tool, out_dir / "rank-0", sample_threshold=threshold_for(sample_rate)) + argv
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           errors="replace", timeout=timeout_s)
+        rc, err = r.returncode, r.stderr
+    except FileNotFoundError:
+        raise InputError(f"command not found: {cmd[0]}") from None
+    except subprocess.TimeoutExpired as exc:
+        rc, err = -9, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+    wall = time.monotonic() - t0
+    if any(s in err for s in _UNHANDLED):
+        raise InputError("valgrind 3.19 met an instruction it cannot run (AVX-512 or newer): build the traced "
+                         "program for a baseline ISA (e.g. -march=x86-64-v3; numba: NUMBA_CPU_NAME=haswell)")
+    files = {}
+    for p in out_dir.glob("rank-*"):
+        if p.suffix == ".acc":
+            continue
+        try:
+            files[int(p.name.split("-", 1)[1])] = p
+        except ValueError:
+            continue
+    if not files:
+        tail = " | ".join(err.strip().splitlines()[-3:])
+        raise InputError(f"the memory tracer wrote nothing (exit code {rc}): {tail or 'no message'}")
+    return files, rc, wall, err
+
+
+def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = None,
+                 progress: Callable[[float, str], None] | None = None, sample_rate: float = DEFAULT_SAMPLE_RATE,
+                 timeout_s: float | None = None) -> Path:
+    """Take the memory signature of ``argv`` into the signature folder ``out``; returns ``out``.
+
+    When ``out`` holds a signature (e.g. from ``pmac trace`` just before), its header and
+    events are kept and ``memory.npz`` is added; otherwise a memory-only signature is made.
+    """
+    out = Path(out)
+    progress = progress or (lambda f, m: None)
+    progress(0.0, "building the valgrind tool")
+    build_tool()
+    tmp = Path(tempfile.mkdtemp(prefix=".mem-", dir=out.parent if out.parent.exists() else None))
+    try:
+        progress(0.05, "running under valgrind")
+        files, rc, wall, err = run_under_tool(argv, tmp, ranks=ranks, sample_rate=sample_rate, timeout_s=timeout_s)
+        progress(0.7, "computing reuse distances")
+        outputs = {r: read_tool_output(p) for r, p in sorted(files.items())}
+        tables = memory_tables(outputs)
+        progress(0.95, "saving")
+        info = {"memory_command": shlex.join(argv), "memory_ranks": sorted(outputs), "memory_wall_s": float(wall),
+                "memory_exit_code": int(rc), "memory_sample_rate": float(sample_rate),
+                "numba_cpu_name": os.environ.get("NUMBA_CPU_NAME", DEFAULT_NUMBA_CPU),
+                "mpi_instructions": {int(r): int(o.mpi["instructions"]) for r, o in outputs.items()}}
+        if (out / HEADER_FILE).exists():
+            sig = load_signature(out, with_memory=False)
+            warn = _check_join(sig, outputs)
+            header = dataclasses.replace(sig.header, memory_file=MEMORY_FILE,
+                                         provenance=dict(sig.header.provenance) | {"memory": info | {"warnings": warn}})
+            sig = dataclasses.replace(sig, header=header, memory=tables)
+        else:
+            n = max(outputs) + 1
+            header = SignatureHeader(name=out.name, n_ranks=n, source_format="memory-only",
+                                     command=shlex.join(argv), memory_file=MEMORY_FILE, burst_source="memory",
+                                     provenance=provenance(command=shlex.join(argv)) | {"memory": info})
+            from .trace import EVENTS
+
+            sig = make_signature(header, EVENTS.empty(), memory=tables)
+        save_signature(sig, out)
+        progress(1.0, "done")
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_join(sig: Signature, outputs: dict[int, ToolOutput]) -> list[str]:
+    """Warnings where the bursts do not line up with the MPI calls of the events table."""
+    warn = []
+    ev = sig.events
+    for r, o in outputs.items():
+        if r >= sig.n_ranks:
+            warn.append(f"memory trace of rank {r} but the signature has {sig.n_ranks} ranks")
+            continue
+        n_calls = int((ev["rank"] == r).sum())
+        if n_calls and len(o.burst_seq) != n_calls + 1:
+            warn.append(f"rank {r}: {len(o.burst_seq)} bursts for {n_calls} MPI calls (expected calls + 1)")
+    return warn

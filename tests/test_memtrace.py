@@ -1,0 +1,201 @@
+"""pmac_vg + pmac.memtrace: exact counts of known kernels, callgrind agreement, reuse, errors."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pmac.errors import InputError, ToolMissingError, TruncatedError
+from pmac.memsig import ACCESS_LOAD, ACCESS_STORE, COLD_BIN, hit_fraction
+from pmac.memtrace import read_tool_output, run_under_tool, trace_memory
+from pmac.signature import load_signature
+
+DATA = Path(__file__).parent / "data"
+N = 20000
+pytestmark = pytest.mark.requires("valgrind")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    import os
+
+    d = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("PMAC_CACHE_DIR")
+    os.environ["PMAC_CACHE_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("PMAC_CACHE_DIR", None)
+    else:
+        os.environ["PMAC_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory, cache):
+    d = tmp_path_factory.mktemp("kernels")
+    exe = d / "kernels"
+    subprocess.run(["gcc", "-O2", "-mavx2", "-mfma", "-ffp-contract=off", "-fno-tree-vectorize", "-o", str(exe),
+                    str(DATA / "memtrace_kernels.c")], check=True)
+    sig = trace_memory([str(exe), str(N)], d / "sig", sample_rate=1.0)
+    return exe, load_signature(sig)
+
+
+def _fn(sig, name):
+    f = sig.memory["functions"]
+    row = f[f["function"] == name]
+    assert len(row) == 1, f["function"].tolist()[:20]
+    return row.iloc[0]
+
+
+def test_tool_builds_and_caches(cache):
+    from pmac.vgtool_build import build_tool
+
+    t = build_tool()
+    assert (Path(t.lib_dir) / "pmac_vg-amd64-linux").exists()
+    assert (Path(t.lib_dir) / "vgpreload_core-amd64-linux.so").exists()
+    assert build_tool() == t  # second call reuses the cached build
+
+
+def test_exact_counts_of_known_kernels(kernels):
+    _, sig = kernels
+    n = N
+    # scalar daxpy: vmulsd (mem), vaddsd (mem), vmovsd store, add, cmp, jne per element
+    d = _fn(sig, "daxpy")
+    assert d["loads"] == 2 * n + 1           # + the return address popped by ret
+    assert d["stores"] == n
+    assert d["load_bytes"] == 16 * n + 8 and d["store_bytes"] == 8 * n
+    assert d["fp_scalar"] == 2 * n and d["fp_128"] == d["fp_256"] == d["fp_512"] == 0
+    assert d["flop"] == 2 * n
+    assert d["branches"] == n + 1            # jle once, jne per element
+    assert d["branch_miss_frac"] <= 2 / (n + 1)
+    # mul: operands from memory and a loop-invariant register -> no producer (cap 32);
+    # add: the mul one instruction before -> 1
+    assert d["dep_distance_mean"] == pytest.approx(16.5)
+    v = _fn(sig, "vfma256")
+    assert v["fp_256"] == n // 4 and v["fp_scalar"] == v["fp_128"] == 0
+    assert v["flop"] == 2 * n
+    assert v["load_bytes"] == 16 * n + 8 and v["store_bytes"] == 8 * n
+    s = _fn(sig, "axpy128")
+    assert s["fp_128"] == n and s["fp_256"] == 0 and s["flop"] == 2 * n   # mul + add per 2 lanes
+
+
+def test_bursts_follow_the_client_requests(kernels):
+    _, sig = kernels
+    b = sig.memory["bursts"].set_index("seq")
+    assert b.index.tolist() == [0, 1, 2, 3, 4]
+    assert (sig.memory["bursts"]["sample_frac"] == 1.0).all()
+    for seq, fn in ((1, "daxpy"), (2, "vfma256"), (3, "axpy128")):
+        f = _fn(sig, fn)
+        assert b.loc[seq, "flop"] == f["flop"]
+        # the burst is the call of the kernel plus a few instructions around it
+        assert 0 < b.loc[seq, "instructions"] - f["instructions"] < 40
+        assert 0 <= b.loc[seq, "loads"] - f["loads"] < 10
+
+
+def test_reuse_histograms_of_daxpy(kernels):
+    _, sig = kernels
+    r = sig.memory["reuse"]
+    r1 = r[(r["seq"] == 1) & (r["function"] == "")]
+
+    def hist(line, access):
+        h = np.zeros(COLD_BIN + 1)
+        x = r1[(r1["line_bytes"] == line) & (r1["access"] == access)]
+        np.add.at(h, x["bin"].to_numpy(), x["count"].to_numpy())
+        return h
+
+    n = N
+    b1 = sig.memory["bursts"].set_index("seq").loc[1]
+    for line, per_line in ((32, 4), (64, 8), (128, 16), (256, 32)):
+        hl = hist(line, ACCESS_LOAD)
+        assert hl.sum() == b1["loads"]   # sampling rate 1: every access
+        # x[i] and y[i] alternate: the next element of a line is one line away; the first
+        # element of each line was last touched during initialisation (far)
+        assert hit_fraction(hl, 2) == pytest.approx(2 * n * (per_line - 1) / per_line / b1["loads"], abs=2e-4)
+        hs = hist(line, ACCESS_STORE)
+        assert hs.sum() == b1["stores"] and hs[0] >= n  # y[i] is stored right after it is loaded
+
+
+def test_instruction_total_agrees_with_callgrind(kernels, tmp_path):
+    exe, sig = kernels
+    out = tmp_path / "cg.out"
+    subprocess.run(["valgrind", "-q", "--tool=callgrind", f"--callgrind-out-file={out}", str(exe), str(N)],
+                   check=True, capture_output=True)
+    m = re.search(r"^(?:summary|totals):\s+(\d+)", out.read_text(), re.M)
+    ir = int(m.group(1))
+    ours = int(sig.memory["bursts"]["instructions"].sum()) + sig.header.provenance["memory"]["mpi_instructions"][0]
+    assert ours == pytest.approx(ir, rel=0.01)
+    assert int(sig.memory["functions"]["instructions"].sum()) == ours
+
+
+def test_truncated_and_bad_files(kernels, tmp_path):
+    exe, _ = kernels
+    files, rc, _, _ = run_under_tool([str(exe), "1000"], tmp_path / "run", sample_rate=1.0)
+    assert rc == 0
+    p = files[0]
+    o = read_tool_output(p)
+    assert o.burst_seq.tolist() == [0, 1, 2, 3, 4]
+    data = p.read_bytes()
+    bad = tmp_path / "trunc"
+    bad.write_bytes(data[:-20])
+    shutil.copy(str(p) + ".acc", str(bad) + ".acc")
+    with pytest.raises(TruncatedError, match="trunc: .*killed before valgrind finished"):
+        read_tool_output(bad)
+    bad.write_bytes(data[:30])
+    with pytest.raises(TruncatedError, match="shorter than the 64-byte header"):
+        read_tool_output(bad)
+    bad.write_bytes(b"NOTPMAC!" + data[8:])
+    with pytest.raises(InputError, match="not a pmac_vg summary"):
+        read_tool_output(bad)
+    bad.write_bytes(data)
+    acc = (Path(str(p) + ".acc")).read_bytes()
+    Path(str(bad) + ".acc").write_bytes(acc[:-4])
+    with pytest.raises(TruncatedError, match=r"trunc\.acc: .*access words"):
+        read_tool_output(bad)
+
+
+def test_missing_valgrind_names_the_package(monkeypatch):
+    import pmac.vgtool_build as vb
+
+    monkeypatch.setattr(vb.shutil, "which", lambda name: None)
+    with pytest.raises(ToolMissingError, match=r"apt-get install valgrind.*\.ci/system-deps"):
+        vb.build_tool()
+
+
+def test_avx512_program_is_refused_with_advice(tmp_path, cache):
+    src = tmp_path / "a.c"
+    # one AVX-512 instruction (the assembler takes it whatever the host CPU)
+    src.write_text('#include <stdio.h>\nint main(void) {\n'
+                   '  __asm__ volatile("vpxorq %%zmm1, %%zmm1, %%zmm1" ::: "xmm1");\n'
+                   '  puts("ok"); return 0; }\n')
+    exe = tmp_path / "a"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    with pytest.raises(InputError, match="AVX-512.*baseline ISA"):
+        run_under_tool([str(exe)], tmp_path / "run")
+
+
+@pytest.mark.requires("mpi", "valgrind")
+def test_mpi_program_bursts_join_the_mpi_trace(tmp_path, cache):
+    from pmac.mpi import find_mpi
+    from pmac.tracer import trace_mpi
+
+    mpi = find_mpi()
+    exe = tmp_path / "app"
+    subprocess.run([mpi.mpicc, "-O2", "-fno-tree-vectorize", "-o", str(exe), str(DATA / "memtrace_mpi.c")],
+                   check=True)
+    n = 5000
+    argv = [mpi.mpiexec, "-n", "2", str(exe), str(n)]
+    sig_dir = tmp_path / "sig"
+    trace_mpi(argv, sig_dir)
+    trace_memory(argv, sig_dir, ranks=(1,))
+    sig = load_signature(sig_dir)
+    ev = sig.events[sig.events["rank"] == 1]
+    b = sig.memory["bursts"]
+    assert set(b["rank"]) == {1}
+    assert b["seq"].tolist() == list(range(len(ev) + 1))   # one burst before each call, one after the last
+    assert sig.header.provenance["memory"]["warnings"] == []
+    # calls: Init (0), 3 x Allreduce (1..3), Finalize (4): bursts 1..3 each run one daxpy
+    flop = b.set_index("seq")["flop"]
+    assert [flop[k] for k in (1, 2, 3)] == [2 * n] * 3 and flop[4] == 0
+    assert sig.header.provenance["memory"]["mpi_instructions"][1] > 0
