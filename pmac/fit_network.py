@@ -120,19 +120,21 @@ def fit_segments(msg_bytes, time_s, *, max_segments: int = 3, min_points: int = 
 
 
 def fit_link(msg_bytes, one_way_s, *, send_overhead_s: float = 0.0, recv_overhead_s: float = 0.0,
-             streaming_bandwidth_bytes_per_s: float | None = None, max_segments: int = 3) -> LinkModel:
+             streaming_bandwidth_bytes_per_s: float | None = None, max_segments: int = 3,
+             rel_noise: float = 1e-3) -> LinkModel:
     """A :class:`LinkModel` from median one-way times (overheads included, as ping-pong measures).
 
     Segment latencies are the fitted intercepts less ``send_overhead_s + recv_overhead_s``
     (clamped at 0), so ``transfer_time_s`` excludes the overheads the replay adds itself.
-    When no upward jump is found, every measured size is taken as eager (the threshold is the
-    largest size measured).
+    When no step is found, every measured size is taken as eager (the threshold is the
+    largest size measured). ``rel_noise`` is the relative scatter of one median: segments that
+    improve the fit by less than that are not added.
     """
     m = np.asarray(msg_bytes, dtype=np.float64)
     t = np.asarray(one_way_s, dtype=np.float64)
     order = np.argsort(m)
     m, t = m[order], t[order]
-    fit = fit_segments(m, t, max_segments=max_segments)
+    fit = fit_segments(m, t, max_segments=max_segments, rel_floor=max(rel_noise, 1e-3))
     overhead = send_overhead_s + recv_overhead_s
     lows = (0.0, *fit.breaks_bytes)
     highs = (*fit.breaks_bytes, float("inf"))
@@ -205,7 +207,21 @@ def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
     if not st.empty:
         sm, stt = _median_by_size(st)
         stream_bw = float(np.max(sm / stt))
-    return fit_link(m, t, send_overhead_s=o_s, recv_overhead_s=o_r, streaming_bandwidth_bytes_per_s=stream_bw)
+    return fit_link(m, t, send_overhead_s=o_s, recv_overhead_s=o_r, streaming_bandwidth_bytes_per_s=stream_bw,
+                    rel_noise=relative_noise(rows))
+
+
+def relative_noise(rows: pd.DataFrame) -> float:
+    """Typical relative standard error of a per-size median: the median over sizes of
+    1.4826 * MAD / median / sqrt(repetitions) (robust against the outliers a shared machine makes)."""
+    g = rows.groupby("msg_bytes")["time_corrected_s"]
+    med = g.median()
+    mad = g.apply(lambda x: float(np.median(np.abs(x - np.median(x)))))
+    n = g.size().clip(lower=1)
+    ok = med > 0
+    if not ok.any():
+        return 1e-3
+    return float(np.median((1.4826 * mad[ok] / med[ok]) / np.sqrt(n[ok])))
 
 
 def fit_collectives(coll: pd.DataFrame) -> tuple[CollectiveCost, ...]:

@@ -82,10 +82,12 @@ def model_from_record(tables: dict[str, pd.DataFrame], meta: dict) -> NetworkMod
 def measure_network(*, quick: bool, workdir: Path, progress: Progress | None = None,
                     mpiexec_prefix: list[str] | None = None, node_map: list[int] | None = None,
                     n_ranks: int = 2, backend: str = "auto", timeout_s: float | None = None,
-                    in_job: bool | None = None) -> tuple[NetworkModel, dict[str, pd.DataFrame]]:
+                    in_job: bool | None = None, probe_args: list[str] = ()) -> tuple[NetworkModel, dict[str, pd.DataFrame]]:
     """Measure the network and fit it; returns the model and the raw tables (every repetition).
 
-    ``workdir`` receives ``network.npz`` (the probe record) and ``network.log``. No MPI ->
+    ``workdir`` receives ``network.npz`` (the probe record) and ``network.log``. ``probe_args``
+    are passed on to ``probes/network.py`` (e.g. ``["--max-bytes", "65536", "--no-collectives"]``).
+    No MPI ->
     :class:`ToolMissingError`; a failed or timed-out run -> :class:`ProbeError`.
     """
     progress = progress or (lambda f, m: None)
@@ -102,6 +104,7 @@ def measure_network(*, quick: bool, workdir: Path, progress: Progress | None = N
     argv = [sys.executable, str(probe_script()), "--out", str(out), "--progress", "--backend", backend]
     if quick:
         argv.append("--quick")
+    argv += list(probe_args)
     if node_map is not None:
         argv += ["--node-map", ",".join(str(int(x)) for x in node_map)]
     if mpiexec_prefix is not None:

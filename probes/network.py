@@ -17,7 +17,8 @@ first rank on another node (``inter_node``); placement from ``MPI.Get_processor_
 
 - ``pingpong``: one-way time = round trip / 2, sizes 0 B and 1 B .. 16 MiB (powers of two; the
   full run adds the midpoints), OSU-style warm-up, a batch of iterations per repetition sized
-  to take ``--batch-ms`` (many iterations for small messages, few for large);
+  to take ``--batch-ms`` (many iterations for small messages, few for large); each repetition
+  sweeps every size, so load from elsewhere spreads over sizes rather than spoiling one;
 - ``stream``: a window of 64 non-blocking sends, then a 1-byte acknowledgement (OSU bw); the
   time per message of the window;
 - ``send_overhead``: time inside the send call of a small message (LogP o_s); ``recv_overhead``:
@@ -235,7 +236,11 @@ class PythonBackend:
         return (time.perf_counter() - t0) / iters
 
 
-def make_backend(comm, which: str):
+def make_backend(comm, which: str, quick: bool = False):
+    """``auto``: numba-mpi for a full run; for ``--quick`` the mpi4py loop (numba-mpi kernels
+    cannot be cached, and compiling them costs ~10 s per run), corrected by its per-call cost."""
+    if which == "auto" and quick:
+        which = "python"
     if which in ("auto", "numba"):
         try:
             import numba_mpi  # noqa: F401
@@ -292,9 +297,12 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
     report = report if (report is not None and rank == 0) else (lambda f, m: None)
     ids, names = node_ids(comm, node_map)
     partners = pairs(ids)
-    be = make_backend(comm, backend)
-    batch_s = (batch_ms if batch_ms is not None else (1.0 if quick else 5.0)) * 1e-3
-    reps = 5 if quick else 15
+    be = make_backend(comm, backend, quick)
+    batch_s = (batch_ms if batch_ms is not None else (2.0 if quick else 5.0)) * 1e-3
+    reps = 9 if quick else 15
+    # wall-time budget of the ping-pong sweeps: on a loaded machine (busy-polling ranks wait for
+    # the scheduler) stop after the repetition that exceeds it, keeping at least 3
+    budget_s = 8.0 if quick else 240.0
     sizes = pingpong_sizes(quick, max_bytes)
     buf = np.zeros(max(max_bytes, 1) * 1, np.uint8)
     sbuf = np.zeros(WINDOW * min(1 << 20, max_bytes), np.uint8)
@@ -311,22 +319,35 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         if active:
             be.pingpong(buf, 1, 20, first, other)
         report(step / steps, f"ping-pong {placement}")
-        for n in sizes:
-            it = iterations(n, batch_s)
-            if active:
-                be.pingpong(buf, n, max(1, it // 10), first, other)  # warm-up
-                for r in range(reps):
+        pp_iters = _calibrate(be, comm, buf, sizes, batch_s, first, other, active,
+                              lambda n, it: be.pingpong(buf, n, it, first, other))
+        # repetitions outermost: each sweeps all sizes, so a burst of load from elsewhere
+        # spreads over sizes instead of spoiling every repetition of one size
+        t0 = time.perf_counter()
+        for r in range(reps):
+            if active and not _go_on(comm, first, other, r, t0, budget_s):
+                break
+            for n in sizes:
+                if active:
+                    it = pp_iters[n]
+                    be.pingpong(buf, n, max(1, it // 10), first, other)  # warm-up
                     dt = be.pingpong(buf, n, it, first, other)
                     if first:
                         pp_rows.append((placement, "pingpong", n, r, dt / (2 * it)))
         step += 1
         report(step / steps, f"streaming {placement}")
         stream_sizes = [s for s in sizes if s >= 1024 and s * WINDOW <= sbuf.size and (s & (s - 1)) == 0][::2]
-        for n in stream_sizes:
-            it = max(1, iterations(n * WINDOW, batch_s, cap=200))
-            if active:
-                be.stream(sbuf, n, 1, first, other)
-                for r in range(reps):
+        st_iters = _calibrate(be, comm, sbuf, stream_sizes, batch_s, first, other, active,
+                              lambda n, it: be.stream(sbuf, n, it, first, other), cap=200,
+                              msgs_per_iter=WINDOW)
+        t0 = time.perf_counter()
+        for r in range(reps):
+            if active and not _go_on(comm, first, other, r, t0, budget_s / 2):
+                break
+            for n in stream_sizes:
+                if active:
+                    it = st_iters[n]
+                    be.stream(sbuf, n, 1, first, other)
                     dt = be.stream(sbuf, n, it, first, other)
                     if first:
                         pp_rows.append((placement, "stream", n, r, dt / (it * WINDOW)))
@@ -342,9 +363,12 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
                 lat = comm.recv(source=0, tag=9)
             delay = max(20e-6, 10 * lat)
             n_oh = 50 if quick else 200
+            t0 = time.perf_counter()
             for n in (8, 1024):
                 be.overhead(buf, n, 5, first, other, delay)
                 for r in range(reps):
+                    if not _go_on(comm, first, other, r, t0, budget_s / 4):
+                        break
                     v = be.overhead(buf, n, n_oh, first, other, delay)
                     if first:
                         pp_rows.append((placement, "send_overhead", n, r, v))
@@ -396,6 +420,35 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
     return tables, meta
 
 
+def _calibrate(be, comm, buf, sizes, batch_s, first, other, active, call, cap: int = 5000,
+               msgs_per_iter: int = 1) -> dict:
+    """Iterations per size so that one repetition lasts about ``batch_s``, from a timed warm-up.
+
+    The first rank of the pair decides and sends the counts to its partner (they must agree).
+    """
+    if not active:
+        return {}
+    iters = {}
+    for n in sizes:
+        guess = iterations(n * msgs_per_iter, batch_s * 0.2, cap=cap)
+        dt = call(n, guess)
+        per = max(dt / guess, 1e-9)
+        iters[n] = int(max(1, min(cap, batch_s / per)))
+    if first:
+        comm.send(iters, dest=other, tag=11)
+        return iters
+    return comm.recv(source=other, tag=11)
+
+
+def _go_on(comm, first, other, rep, t0, budget_s) -> bool:
+    """First rank of the pair decides whether another repetition fits the budget."""
+    if first:
+        go = rep < 3 or (time.perf_counter() - t0) < budget_s
+        comm.send(go, dest=other, tag=12)
+        return go
+    return comm.recv(source=other, tag=12)
+
+
 def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float) -> list[tuple]:
     from mpi4py import MPI
 
@@ -421,9 +474,12 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float) -> list[t
                         "allreduce": lambda: sub.Allreduce(a, b, op=MPI.SUM),
                         "alltoall": lambda: sub.Alltoall(a, b),
                     }[op]
-                    it = int(max(2, min(2000, batch_s / (5e-6 * max(1, n) + 8 * count * n / 2e9))))
-                    for _ in range(max(1, it // 10)):
+                    guess = int(max(1, min(500, 0.2 * batch_s / (5e-6 * max(1, n) + 8 * count * n / 2e9))))
+                    t0 = time.perf_counter()
+                    for _ in range(guess):  # warm-up, timed to size the repetitions
                         call()
+                    per = sub.allreduce((time.perf_counter() - t0) / guess, op=MPI.MAX)
+                    it = int(max(1, min(2000, batch_s / max(per, 1e-9))))
                     for r in range(reps):
                         sub.Barrier()
                         t0 = time.perf_counter()
@@ -457,7 +513,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer repetitions and sizes (< 30 s)")
     p.add_argument("--node-map", default=None, help="rank-to-node map, e.g. 0,0,1,1 (or env PMAC_NODE_MAP)")
     p.add_argument("--backend", choices=("auto", "numba", "python"), default="auto",
-                   help="timed loops in numba (numba-mpi) or in Python (mpi4py, per-call cost measured)")
+                   help="timed loops in numba (numba-mpi) or in Python (mpi4py, per-call cost measured); "
+                        "auto: numba for a full run, Python for --quick")
     p.add_argument("--batch-ms", type=float, default=None, help="target duration of one repetition")
     p.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest ping-pong message")
     p.add_argument("--no-collectives", action="store_true")
