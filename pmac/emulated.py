@@ -478,17 +478,19 @@ def variant_switch(variants: tuple[Variant, ...] | list[Variant], **cluster_kw) 
 # ---------------------------------------------------------------- network profiles of the variants
 
 def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, quick: bool, workdir: str | Path,
-                           progress=None, timeout_s: float | None = None) -> dict[str, tuple]:
+                           progress=None, timeout_s: float | None = None, reuse: bool = False) -> dict[str, tuple]:
     """Measure the network of every variant with pmac's network probe (two ranks per run).
 
     Returns ``{name: (NetworkModel, raw tables)}``. Shared memory: two ranks on the host
     (``intra_node``). TCP: two ranks on two nodes (``inter_node`` and its collectives) at the
     variant's rate, and two ranks in one node (``intra_node``: TCP over the node's loopback,
     as MPIR_CVAR_NOLOCAL makes it; no tbf there, so measured once for all TCP variants).
+    Each run keeps its probe record in ``workdir/<variant>-<what>/network.npz``; ``reuse`` fits
+    existing records again instead of measuring (no cluster is built then).
     """
     import pandas as pd
 
-    from .probe_network import measure_network
+    from .probe_network import measure_network, model_from_record, read_record
     from .profile import NetworkModel
 
     progress = progress or (lambda f, m: None)
@@ -499,7 +501,12 @@ def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, qui
         runs.append((tcp[0], "tcp-intra"))
         runs += [(v, "inter") for v in tcp]
     done: dict[tuple[str, str], tuple] = {}
-    with variant_switch(variants) as sw:
+    if reuse:
+        for v, what in runs:
+            tables, meta = read_record(workdir / f"{v.name}-{what}" / "network.npz")
+            done[(v.name, what)] = (model_from_record(tables, meta), tables)
+        runs = []
+    with variant_switch(variants if runs else []) as sw:
         for i, (v, what) in enumerate(runs):
             def sub(f, m, i=i, name=f"{v.name} {what}"):
                 progress((i + f) / len(runs), f"{name}: {m}")
