@@ -168,7 +168,8 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
     comms = pd.DataFrame(comm_rows, columns=["comm", "local_rank", "world_rank"])
 
     ev_parts, rq_parts, vc_parts = [], [], []
-    sends, recvs = Counter(), Counter()
+    sends: dict[tuple, list] = defaultdict(list)  # (comm, src, dst, tag) -> [(posting seq, bytes)]
+    recvs: dict[tuple, list] = defaultdict(list)
     has_vg = any(r.has_valgrind for r in ranks)
     n_records = 0
     n_large = 0
@@ -199,9 +200,17 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
         events["req_offset"] = ro
     unmatched = []
     for key in sorted(set(sends) | set(recvs)):
-        if sends[key] != recvs[key]:
-            comm, src, dst, tag = key
-            unmatched.append(f"comm {comm} {src}->{dst} tag {tag}: {sends[key]} send(s), {recvs[key]} receive(s)")
+        ss, rr = sorted(sends.get(key, [])), sorted(recvs.get(key, []))
+        comm, src, dst, tag = key
+        if len(ss) != len(rr):
+            unmatched.append(f"comm {comm} {src}->{dst} tag {tag}: {len(ss)} send(s), {len(rr)} receive(s)")
+            continue
+        # non-overtaking: the k-th send of a stream is the k-th receive, byte for byte
+        for k, ((_, sb), (_, rb)) in enumerate(zip(ss, rr)):
+            if sb != rb:
+                unmatched.append(f"comm {comm} {src}->{dst} tag {tag}: message {k} sends {sb} bytes, "
+                                 f"its receive gets {rb}")
+                break
     if unmatched and not missing and not truncated:
         warnings.append(f"{len(unmatched)} unmatched send/receive stream(s), e.g. {unmatched[0]}")
     hosts = tuple(by_rank[i].host if i in by_rank else "" for i in range(size))
@@ -211,7 +220,7 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
                     has_valgrind=has_vg, stats={"n_records": n_records, "n_large_count_calls": n_large})
 
 
-def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, recvs: Counter):
+def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs: dict):
     rec = r.records
     typ = rec["type"]
     ev_idx = np.flatnonzero(typ == T_EVENT)
@@ -286,6 +295,8 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
     ops_l, evreq_l, seqs_l = ops.tolist(), ev["request"].tolist(), ev["seq"].tolist()
     cl_l, gc_l = comm_local.tolist(), gcomm.tolist()
     dest_l, stag_l = events["dest"].to_numpy().tolist(), ev["send_tag"].tolist()
+    sb_l, rb_l = ev["send_bytes"].tolist(), ev["recv_bytes"].tolist()
+    started: dict[int, int] = {}  # persistent request handle -> seq of its latest Start
     r_req, r_flag, r_src = rec["request"].tolist(), rec["flag"].tolist(), rec["source"].tolist()
     r_bytes, r_tag = rec["recv_bytes"].tolist(), rec["recv_tag"].tolist()
     isend_ops = {int(Op.ISEND), int(Op.ISSEND), int(Op.IBSEND), int(Op.IRSEND)}
@@ -299,7 +310,7 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
             live[evreq_l[i]] = (seqs_l[i], cl_l[i], o, i)
             req_col[i] = seqs_l[i]
             if o in isend_ops and dest_l[i] >= 0:
-                sends[(gc_l[i], rank, dest_l[i], stag_l[i])] += 1
+                sends[(gc_l[i], rank, dest_l[i], stag_l[i])].append((seqs_l[i], sb_l[i]))
             continue
         if o == Op.REQUEST_FREE:
             info = live.pop(evreq_l[i], None)
@@ -317,15 +328,17 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
             cseq, ccomm, cop, ci = info
             completed, src, nbytes = r_flag[j], -1, 0
             if o in starts:
+                started[h] = seqs_l[i]
                 if cop == Op.SEND_INIT and dest_l[ci] >= 0:
-                    sends[(gc_l[ci], rank, dest_l[ci], stag_l[ci])] += 1
+                    sends[(gc_l[ci], rank, dest_l[ci], stag_l[ci])].append((seqs_l[i], sb_l[ci]))
                 completed = 0
             elif completed:
                 if cop in recv_req_ops:
                     src = _one_world(r_src[j], defs.get(ccomm))
                     nbytes = r_bytes[j]
                     if src >= 0:
-                        recvs[(gmap.get(ccomm, -1), src, rank, r_tag[j])] += 1
+                        posted = started.get(h, cseq) if cop == Op.RECV_INIT else cseq
+                        recvs[(gmap.get(ccomm, -1), src, rank, r_tag[j])].append((posted, nbytes))
                 if cop not in persistent:
                     live.pop(h, None)
             rq_rows.append((rank, cseq, completed, src, nbytes))
@@ -341,10 +354,10 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: Counter, re
     for i in np.flatnonzero(np.isin(ops, [Op.SEND, Op.SSEND, Op.BSEND, Op.RSEND, Op.SENDRECV,
                                           Op.SENDRECV_REPLACE])).tolist():
         if dest_l[i] >= 0:
-            sends[(gc_l[i], rank, dest_l[i], stag_l[i])] += 1
+            sends[(gc_l[i], rank, dest_l[i], stag_l[i])].append((seqs_l[i], sb_l[i]))
     for i in np.flatnonzero(np.isin(ops, [Op.RECV, Op.MRECV, Op.SENDRECV, Op.SENDRECV_REPLACE])).tolist():
         if src_l[i] >= 0:
-            recvs[(gc_l[i], src_l[i], rank, rtag_l[i])] += 1
+            recvs[(gc_l[i], src_l[i], rank, rtag_l[i])].append((seqs_l[i], rb_l[i]))
 
     requests = pd.DataFrame(rq_rows, columns=["rank", "request", "completed", "source", "recv_bytes"]) if rq_rows \
         else REQUESTS.empty()

@@ -270,6 +270,10 @@ def test_unmatched_send_reported(env, tmp_path):
     t = read_raw_dir(tmp_path)
     assert t.unmatched == ("comm 0 0->1 tag 5: 1 send(s), 0 receive(s)", "comm 0 0->1 tag 6: 0 send(s), 1 receive(s)")
     assert any("2 unmatched send/receive stream(s)" in w for w in t.warnings)
+    rec["recv_tag"], rec["recv_bytes"] = 5, 396  # right stream, wrong size
+    data[HEADER_BYTES + i * RECORD_BYTES: HEADER_BYTES + (i + 1) * RECORD_BYTES] = rec.tobytes()
+    (tmp_path / f1.name).write_bytes(bytes(data))
+    assert read_raw_dir(tmp_path).unmatched == ("comm 0 0->1 tag 5: message 0 sends 400 bytes, its receive gets 396",)
 
 
 def test_memory_flag_without_memtrace(env, capsys, monkeypatch):
