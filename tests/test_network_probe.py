@@ -95,3 +95,21 @@ def test_probe_script_refuses_one_rank(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "needs at least 2 ranks" in r.stderr
     assert not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.requires("mpi")
+def test_in_job_entry_point(tmp_path):
+    """Under mpiexec every rank calls measure_network; the model reaches every rank."""
+    import subprocess
+    import sys
+
+    from pmac.mpi import find_mpi, launch_command, mpi_env
+
+    code = ("import sys; from pathlib import Path; from pmac.probe_network import measure_network\n"
+            "m, t = measure_network(quick=True, workdir=Path(sys.argv[1]), node_map=[0, 1])\n"
+            "print('RESULT', m.inter_node is not None, m.intra_node is None, sorted(t), flush=True)\n")
+    cmd = launch_command(2, [sys.executable, "-c", code, str(tmp_path)], mpi=find_mpi())
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=mpi_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = {line for line in r.stdout.splitlines() if line.startswith("RESULT")}
+    assert lines == {"RESULT True True []", "RESULT True True ['collective', 'pingpong']"}
