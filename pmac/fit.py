@@ -334,16 +334,27 @@ def fit_node(curves: list[BandwidthCurve], latency: LatencyCurve | None, *, n_co
     return NodeFit(caches=tuple(caches), memory=memory, notes=tuple(notes), plateaus=tuple(plats))
 
 
-def curves_from_raw(bandwidth: "pd.DataFrame") -> list[BandwidthCurve]:  # noqa: F821
-    """Median curves (and spread of the last repetitions) from the raw ``bandwidth`` table."""
+def _ending(v: np.ndarray, window: int, rule: str, larger_is_better: bool) -> np.ndarray:
+    """The repetitions that end a point under the probe's stop rule (see probes/memory.py)."""
+    if rule == "last":
+        return v[-window:]
+    if rule != "best":
+        raise ValueError(f"unknown stop rule {rule!r} (best, last)")
+    s = np.sort(v)
+    return s[::-1][:window] if larger_is_better else s[:window]
+
+
+def curves_from_raw(bandwidth: "pd.DataFrame", *, window: int = 5, rule: str = "best") -> list[BandwidthCurve]:  # noqa: F821
+    """Curves from the raw ``bandwidth`` table: per point the median (and relative spread) of
+    the ``window`` repetitions that ended it under the stop rule (``best``: the fastest)."""
     out = []
     for (access, k), g in bandwidth.groupby(["access", "n_cores"], sort=False):
         xs, ys, sp = [], [], []
         for ws, gg in g.groupby("working_set_bytes", sort=True):
             v = gg.sort_values("rep")["bandwidth_bytes_per_s"].to_numpy()
+            tail = _ending(v, window, rule, True)
             xs.append(float(ws))
-            ys.append(float(np.median(v)))
-            tail = v[-5:]
+            ys.append(float(np.median(tail)))
             sp.append(float((tail.max() - tail.min()) / np.median(tail)))
         out.append(BandwidthCurve(access=str(access), n_cores=int(k), working_set_bytes=tuple(xs),
                                   bandwidth_bytes_per_s=tuple(ys), spread_frac=tuple(sp)))
@@ -351,6 +362,11 @@ def curves_from_raw(bandwidth: "pd.DataFrame") -> list[BandwidthCurve]:  # noqa:
     return sorted(out, key=lambda c: (c.n_cores, order.get(c.access, 99)))
 
 
-def latency_from_raw(latency: "pd.DataFrame") -> LatencyCurve:  # noqa: F821
-    g = latency.groupby("working_set_bytes", sort=True)["latency_s"].median()
-    return LatencyCurve(working_set_bytes=tuple(float(x) for x in g.index), latency_s=tuple(float(v) for v in g))
+def latency_from_raw(latency: "pd.DataFrame", *, window: int = 5, rule: str = "best") -> LatencyCurve:  # noqa: F821
+    """Latency curve: per size the median of the repetitions that ended it (``best``: the shortest)."""
+    xs, ys = [], []
+    for ws, g in latency.groupby("working_set_bytes", sort=True):
+        v = g.sort_values("rep")["latency_s"].to_numpy()
+        xs.append(float(ws))
+        ys.append(float(np.median(_ending(v, window, rule, False))))
+    return LatencyCurve(working_set_bytes=tuple(xs), latency_s=tuple(ys))

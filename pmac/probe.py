@@ -120,8 +120,8 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     isa = pc.isa()
     comp = compute_model(raw["compute"], isa)
 
-    curves = curves_from_raw(raw["bandwidth"])
-    latency = latency_from_raw(raw["latency"])
+    curves = curves_from_raw(raw["bandwidth"], window=p.window, rule=p.stop_rule)
+    latency = latency_from_raw(raw["latency"], window=p.window, rule=p.stop_rule)
     oc, src = os_caches(n_cores)
     fit = fit_node(curves, latency, n_cores=n_cores, os_view=oc, os_source=src)
     if not oc:

@@ -22,10 +22,14 @@ with 2 cores). Bandwidth is the sum over cores.
 *Latency*: a pointer chase through one pointer per 64-byte line in a random cyclic order
 (Sattolo's algorithm), so neither prefetchers nor the out-of-order core can overlap loads.
 
-*Repetition*: each repetition times enough sweeps to take about ``--rep-ms``; a point is
-repeated until the relative spread (max - min) / median of its last ``--window`` repetitions
-falls below ``--threshold`` or ``--max-reps`` is reached; every repetition is kept, and a point
-that never stabilised is flagged with its spread.
+*Repetition*: each repetition times enough sweeps to take about ``rep_s``; a point is
+repeated until the relative spread (max - min) / median of ``window`` repetitions falls below
+``threshold`` or ``max_reps`` (or a time budget) is reached; every repetition is kept, and a
+point that never stabilised is flagged with its spread. Which ``window`` repetitions:
+``--stop-rule best`` (default) the fastest ones, ``last`` the most recent ones. On a shared
+machine a neighbour can only ever slow a repetition down, so the fastest repetitions agreeing is
+the sign of an undisturbed measurement, while the last ones rarely agree there; the point's
+value (``PointResult.value``, the fitted curves) is the median of the repetitions that ended it.
 
 Buffers are numpy arrays: numpy asks for transparent huge pages (``madvise``) on large
 allocations, so the setting in ``/sys/kernel/mm/transparent_hugepage/enabled`` matters for
@@ -188,9 +192,10 @@ class Params:
     min_bytes: int = 4 * 1024
     max_bytes: int = 128 * 1024 * 1024
     points_per_doubling: int = 4
-    rep_s: float = 0.004
+    rep_s: float = 0.001  # one core; all cores at once 4x (amortises the thread start)
     threshold: float = 0.02
     window: int = 5
+    stop_rule: str = "best"          # 'best': the fastest `window` reps agree; 'last': the last ones
     min_reps: int = 5
     max_reps: int = 20
     point_budget_s: float = 0.6
@@ -200,8 +205,8 @@ class Params:
 
     @classmethod
     def quick(cls) -> "Params":
-        return cls(points_per_doubling=2, rep_s=0.002, window=3, min_reps=3, max_reps=6,
-                   point_budget_s=0.3, latency_steps_min=100_000)
+        return cls(points_per_doubling=2, window=3, min_reps=3, max_reps=8,
+                   point_budget_s=0.25, latency_steps_min=100_000)
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -218,6 +223,18 @@ class PointResult:
     bandwidth_bytes_per_s: list = field(default_factory=list)
     spread_frac: float = 0.0
     stable: bool = True
+    value: float = 0.0               # median of the repetitions that ended the point
+
+
+def ending_reps(values, window: int, rule: str, *, larger_is_better: bool = True) -> list:
+    """The repetitions the stopping rule looks at: the ``window`` best or the last ones."""
+    v = list(values)
+    if rule == "last":
+        return v[-window:]
+    if rule != "best":
+        raise ValueError(f"unknown stop rule {rule!r} (best, last)")
+    v = sorted(v, reverse=larger_is_better)
+    return v[:window]
 
 
 def working_sets(p: Params) -> list[int]:
@@ -289,14 +306,15 @@ class _Point:
 
 
 def measure_point(access: str, ws_bytes: int, n_cores: int, p: Params) -> PointResult:
-    """Repeat one point until its last ``window`` repetitions agree within ``threshold``."""
+    """Repeat one point until ``window`` repetitions (see ``stop_rule``) agree within ``threshold``."""
     pt = _Point(access, ws_bytes, n_cores)
     pt.run(1)  # warm: first touch, page faults, caches
     # calibrate: double the sweeps until one repetition takes rep_s (this also amortises the
     # thread start of the all-cores kernels, ~10 us on a quiet machine)
+    rep_s = p.rep_s * (4 if n_cores > 1 else 1)
     sweeps, dt = 1, pt.run(1)
-    while dt < p.rep_s and sweeps < 1 << 30:
-        sweeps *= 2 if dt > p.rep_s / 16 else 8
+    while dt < rep_s and sweeps < 1 << 30:
+        sweeps *= 2 if dt > rep_s / 16 else 8
         dt = pt.run(sweeps)
     res = PointResult(access=access, n_cores=n_cores, working_set_bytes=int(pt.ws_bytes))
     t_start = time.perf_counter()
@@ -305,7 +323,9 @@ def measure_point(access: str, ws_bytes: int, n_cores: int, p: Params) -> PointR
         res.bandwidth_bytes_per_s.append(pt.bytes_per_sweep * sweeps / dt)
         reps = len(res.bandwidth_bytes_per_s)
         if reps >= max(p.min_reps, p.window):
-            res.spread_frac = spread(res.bandwidth_bytes_per_s[-p.window:])
+            ending = ending_reps(res.bandwidth_bytes_per_s, p.window, p.stop_rule)
+            res.spread_frac = spread(ending)
+            res.value = float(np.median(ending))
             if res.spread_frac < p.threshold:
                 break
             if reps >= p.max_reps or (time.perf_counter() - t_start > p.point_budget_s and reps >= p.min_reps):
@@ -323,12 +343,17 @@ def measure_latency_point(ws_bytes: int, p: Params) -> tuple[int, list[float]]:
     steps = max(p.latency_steps_min, 2 * n_lines)
     _chase(nxt, n_lines)  # warm
     out = []
-    for _ in range(max(p.min_reps, 3)):
+    cap = max(p.min_reps, 3, p.max_reps // 2)
+    t_start = time.perf_counter()
+    while len(out) < cap:
         t0 = time.perf_counter()
         _chase(nxt, steps)
         out.append((time.perf_counter() - t0) / steps)
-        if len(out) >= p.window and spread(out[-p.window:]) < p.threshold:
-            break
+        if len(out) >= max(p.window, p.min_reps):
+            if spread(ending_reps(out, p.window, p.stop_rule, larger_is_better=False)) < p.threshold:
+                break
+            if time.perf_counter() - t_start > 2 * p.point_budget_s:
+                break
     return n_lines * LINE_BYTES, out
 
 
@@ -389,6 +414,7 @@ def main(argv=None) -> int:
     ap.add_argument("--access", action="append", choices=ACCESS_KINDS, help="access kind(s)")
     ap.add_argument("--cores", type=int, action="append", help="core count(s) (default 1 and all)")
     ap.add_argument("--threshold", type=float, help="relative spread to stop repeating (default 0.02)")
+    ap.add_argument("--stop-rule", choices=("best", "last"), help="which repetitions must agree (default best)")
     ap.add_argument("--out", help="write the raw tables to this .npz")
     a = ap.parse_args(argv)
     p = Params.quick() if a.quick else Params()
@@ -400,6 +426,8 @@ def main(argv=None) -> int:
         p.core_counts = tuple(a.cores)
     if a.threshold:
         p.threshold = a.threshold
+    if a.stop_rule:
+        p.stop_rule = a.stop_rule
     print(f"# transparent_hugepage={thp_setting()} params={p.to_dict()}")
     bw, lat = run(p)
     print("access n_cores working_set_bytes rep bandwidth_bytes_per_s")

@@ -52,7 +52,18 @@ def test_point_that_never_stabilises_is_reported():
     # a zero threshold cannot be met: the point stops at the cap and says how far it was
     r = pm.measure_point("load_unit", 64 * KiB, 1, small_params(threshold=0.0, max_reps=4))
     assert not r.stable and len(r.bandwidth_bytes_per_s) == 4
-    assert r.spread_frac == pytest.approx(pm.spread(r.bandwidth_bytes_per_s[-3:]))
+    best3 = sorted(r.bandwidth_bytes_per_s)[1:]
+    assert r.spread_frac == pytest.approx(pm.spread(best3)) and r.value == pytest.approx(np.median(best3))
+
+
+def test_stop_rules():
+    v = [10.0, 5.0, 9.9, 10.1, 2.0]
+    assert pm.ending_reps(v, 3, "best") == [10.1, 10.0, 9.9]       # fastest: spread 2 %
+    assert pm.ending_reps(v, 3, "last") == [9.9, 10.1, 2.0]
+    assert pm.ending_reps(v, 2, "best", larger_is_better=False) == [2.0, 5.0]  # latencies: shortest
+    assert pm.spread([10.1, 10.0, 9.9]) == pytest.approx(0.02)
+    with pytest.raises(ValueError, match="unknown stop rule"):
+        pm.ending_reps(v, 3, "median")
 
 
 def test_working_sets_have_points_per_doubling():
