@@ -97,13 +97,18 @@ _ALLGATHER = ("r.send_bytes = sendbuf == MPI_IN_PLACE ? pmac_bytes(recvcount, re
               "r.recv_bytes = pmac_bytes(recvcount, recvtype) * (ci ? ci->size : 0);")
 _ALLGATHERV_ARGS = ("ci, {BIG}, NULL, 0, sendbuf == MPI_IN_PLACE ? (ci ? pmac_at(recvcounts, {BIG}, ci->rank) * pmac_tsize(recvtype) : 0) "
                     ": pmac_bytes(sendcount, sendtype), recvcounts, pmac_tsize(recvtype), 0")
-_ALLGATHERV = f"pmac_coll_v(&r, {_ALLGATHERV_ARGS}, 0);"
+_ALLGATHERV_OWN = ("(sendbuf == MPI_IN_PLACE ? (ci ? pmac_at(recvcounts, {BIG}, ci->rank) * pmac_tsize(recvtype) : 0) "
+                   ": pmac_bytes(sendcount, sendtype))")
+# send_bytes = this rank's block (it goes to every peer: vcounts say so per peer)
+_ALLGATHERV = f"pmac_coll_v(&r, {_ALLGATHERV_ARGS}, 0); r.send_bytes = {_ALLGATHERV_OWN};"
 _ALLGATHERV_SUBS = f"pmac_coll_v(&r, {_ALLGATHERV_ARGS}, 1);"
 _ALLTOALL = ("int n = ci ? ci->size : 0; r.recv_bytes = pmac_bytes(recvcount, recvtype) * n; "
              "r.send_bytes = sendbuf == MPI_IN_PLACE ? r.recv_bytes : pmac_bytes(sendcount, sendtype) * n;")
 _ALLTOALLV_ARGS = ("ci, {BIG}, sendbuf == MPI_IN_PLACE ? recvcounts : sendcounts, "
                    "sendbuf == MPI_IN_PLACE ? pmac_tsize(recvtype) : pmac_tsize(sendtype), 0, recvcounts, pmac_tsize(recvtype), 0")
 _RSCAT_ARGS = "ci, {BIG}, recvcounts, pmac_tsize(datatype), 0, NULL, 0, ci ? pmac_at(recvcounts, {BIG}, ci->rank) * pmac_tsize(datatype) : 0"
+# recv_bytes = this rank's reduced block; per peer: the block sent to p, and this rank's block from each
+_RSCAT_OWN = "(ci ? pmac_at(recvcounts, {BIG}, ci->rank) * pmac_tsize(datatype) : 0)"
 _RSCAT_BLOCK = "r.recv_bytes = pmac_bytes(recvcount, datatype); r.send_bytes = r.recv_bytes * (ci ? ci->size : 0);"
 _ALLTOALLW = ("int n = ci ? ci->size : 0; r.n_sub = n; for (int p = 0; p < n; p++) { "
               "r.recv_bytes += pmac_at(recvcounts, {BIG}, p) * pmac_tsize(recvtypes[p]); "
@@ -148,7 +153,8 @@ def _collectives() -> list[W]:
                     f"pmac_coll_v(&r, {_ALLTOALLV_ARGS}, 0);", nb, subs=f"pmac_coll_v(&r, {_ALLTOALLV_ARGS}, 1);"),
             _rooted(f"MPI_{p}reduce_scatter" if nb else "MPI_Reduce_scatter",
                     "const void *sendbuf, void *recvbuf, const {C} recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm",
-                    o("REDUCE_SCATTER"), f"pmac_coll_v(&r, {_RSCAT_ARGS}, 0);", nb, subs=f"pmac_coll_v(&r, {_RSCAT_ARGS}, 1);"),
+                    o("REDUCE_SCATTER"), f"pmac_coll_v(&r, {_RSCAT_ARGS}, 0); r.recv_bytes = {_RSCAT_OWN};", nb,
+                    subs=f"pmac_coll_v(&r, {_RSCAT_ARGS}, 1);"),
             _rooted(f"MPI_{p}scan" if nb else "MPI_Scan", _RED + ", MPI_Comm comm", o("SCAN"), _ALLRED, nb),
             _rooted(f"MPI_{p}exscan" if nb else "MPI_Exscan", _RED + ", MPI_Comm comm", o("EXSCAN"), _ALLRED, nb),
         ]

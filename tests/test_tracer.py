@@ -161,7 +161,7 @@ def test_mpi4py_large_count_and_matched_probes(env):
     for r in range(2):
         c = _counts(ev, r)
         assert c == {"INIT": 1, "SEND": 1, "MPROBE": 1, "MRECV": 1, "IRECV": 2, "ISEND": 2, "WAITALL": 3,
-                     "WAITANY": 1, "WAITSOME": 1,
+                     "WAITANY": 1, "WAITSOME": 1, "ALLGATHERV": 1, "REDUCE_SCATTER": 1,
                      "SENDRECV": 1, "SEND_INIT": 1, "RECV_INIT": 1, "STARTALL": 2, "REQUEST_FREE": 2,
                      "ALLREDUCE": 1, "COMM_SPLIT": 1, "BCAST": 1, "COMM_FREE": 1, "BARRIER": 1, "FINALIZE": 1}
         e = ev[ev["rank"] == r]
@@ -173,6 +173,17 @@ def test_mpi4py_large_count_and_matched_probes(env):
         # the clock (TSC calibrated against CLOCK_MONOTONIC, or CLOCK_MONOTONIC) measures a 50 ms sleep
         assert 0.05 <= float(e[e["op"] == Op.BARRIER]["burst_s"].iloc[0]) < 0.09
         assert 0 < e.iloc[0]["t_start_s"] < e.iloc[0]["t_end_s"]  # MPI_Init is timed
+        # vector collectives (pmac.trace conventions): allgatherv sends its block, receives all blocks;
+        # reduce_scatter sends the whole vector, receives its block; per-peer counts in vcounts
+        agv = e[e["op"] == Op.ALLGATHERV].iloc[0]
+        assert (agv["send_bytes"], agv["recv_bytes"]) == (8 * (r + 1), 8 * 3)
+        rsc = e[e["op"] == Op.REDUCE_SCATTER].iloc[0]
+        assert (rsc["send_bytes"], rsc["recv_bytes"]) == (8 * 3, 8 * (r + 1))
+        vc = res.signature.vcounts
+        v = vc[(vc["rank"] == r) & (vc["seq"] == agv["seq"])]
+        assert list(v["peer"]) == [0, 1] and list(v["send_bytes"]) == [8 * (r + 1)] * 2 and list(v["recv_bytes"]) == [8, 16]
+        v = vc[(vc["rank"] == r) & (vc["seq"] == rsc["seq"])]
+        assert list(v["send_bytes"]) == [8, 16] and list(v["recv_bytes"]) == [8 * (r + 1)] * 2
         # Waitany completes one of the two, Waitsome the other (the first is MPI_REQUEST_NULL by then)
         rq = res.signature.requests
         irecv2, isend2 = e[e["op"] == Op.IRECV]["seq"].iloc[1], e[e["op"] == Op.ISEND]["seq"].iloc[1]

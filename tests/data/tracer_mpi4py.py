@@ -22,6 +22,13 @@ comm.Sendrecv(a, dest=right, sendtag=3, recvbuf=b, source=left, recvtag=3)
 reqs = [comm.Irecv(b, source=left, tag=5), comm.Isend(a, dest=right, tag=5)]
 MPI.Request.Waitany(reqs)
 MPI.Request.Waitsome(reqs)
+# vector collectives: rank r contributes r + 1 doubles
+mine = np.full(rank + 1, float(rank))
+counts = [p + 1 for p in range(size)]
+allv = np.empty(sum(counts))
+comm.Allgatherv(mine, [allv, counts])
+red = np.empty(rank + 1)
+comm.Reduce_scatter(np.ones(sum(counts)), red, recvcounts=counts)
 # persistent
 ps = comm.Send_init(a, dest=right, tag=4)
 pr = comm.Recv_init(b, source=left, tag=4)
