@@ -349,8 +349,10 @@ def _fortran_wrapper(w: W) -> str | None:
         arr = p.rstrip().endswith("]")
         f = f"f_{name}"
         if typ.endswith("void *"):
-            fparams.append(f"{typ}{name}")
-            fargs.append(name)
+            fparams.append(f"{typ}{f}")
+            fargs.append(f)
+            # Fortran's MPI_IN_PLACE is its own sentinel: the C snippets compare with C's
+            before.append(f"{typ}{name} = PMAC_F_IN_PLACE({f});")
             continue
         fparams.append(f"MPI_Fint *{f}")
         fargs.append(f)

@@ -321,6 +321,11 @@ static int pmac_fstcap;
 static MPI_Request *pmac_frq;
 static int pmac_frqcap;
 
+/* Open MPI's Fortran MPI_IN_PLACE is the address of this common block (libmpi) */
+extern int mpi_fortran_in_place_ __attribute__((weak));
+#define PMAC_F_IN_PLACE(p) \
+    ((&mpi_fortran_in_place_ != NULL && (const void *)(p) == (const void *)&mpi_fortran_in_place_) ? MPI_IN_PLACE : (p))
+
 static MPI_Fint *pmac_fstbuf(int n) {
     if (n > pmac_fstcap) {
         pmac_fstcap = n * 2;

@@ -26,6 +26,7 @@ program tracer_fortran
   end if
   x = rank
   call MPI_Allreduce(x, y, 1, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
+  call MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b, 2, MPI_DOUBLE_PRECISION, MPI_COMM_WORLD, ierr)
   call MPI_Comm_split(MPI_COMM_WORLD, mod(rank, 2), nprocs - rank, sub, ierr)
   call MPI_Bcast(a, 3, MPI_DOUBLE_PRECISION, 0, sub, ierr)
   call MPI_Comm_free(sub, ierr)
