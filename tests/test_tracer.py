@@ -384,3 +384,16 @@ def test_timeout_stops_the_ranks_and_keeps_their_records(env, tmp_path):
     ev = res.signature.events
     assert [Op(o).name for o in ev[ev["rank"] == 0]["op"]] == ["INIT", "BARRIER"]
     assert sorted(ev["rank"].unique()) == [0, 1]
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--no-mpi"], "--no-mpi leaves nothing to record"),
+    (["--ranks", "0"], "--ranks selects the ranks of a memory trace"),
+    (["--param", "nokv"], "--param 'nokv': expected KEY=VALUE"),
+])
+def test_cli_argument_errors(tmp_path, capsys, args, msg):
+    from pmac.cli import main
+
+    rc = main(["trace", "-o", str(tmp_path / "s"), *args, "--", "true"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("pmac trace: error: ") and msg in err and len(err.strip().splitlines()) == 1

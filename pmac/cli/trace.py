@@ -53,6 +53,10 @@ def run(args) -> int:
         argv = argv[1:]
     if not argv:
         raise InputError("no command to trace: pmac trace -o signatures/NAME -- mpiexec -n 4 ./app")
+    if args.no_mpi and not args.memory:
+        raise InputError("--no-mpi leaves nothing to record: add --memory")
+    if args.ranks and not args.memory:
+        raise InputError("--ranks selects the ranks of a memory trace: add --memory")
     out = Path(args.output)
     params = _params(args.param)
     status = 0
