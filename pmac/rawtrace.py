@@ -81,18 +81,20 @@ class RawTrace:
 
 def read_raw_file(path: str | Path) -> RawRank:
     path = Path(path)
-    data = path.read_bytes()
-    if len(data) < HEADER_BYTES:
-        raise TruncatedError(f"{len(data)} bytes: shorter than the {HEADER_BYTES}-byte header", path=path)
-    hdr = np.frombuffer(data[:HEADER_BYTES], HEADER_DTYPE)[0]
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(HEADER_BYTES)
+    if len(head) < HEADER_BYTES:
+        raise TruncatedError(f"{len(head)} bytes: shorter than the {HEADER_BYTES}-byte header", path=path)
+    hdr = np.frombuffer(head, HEADER_DTYPE)[0]
     if bytes(hdr["magic"]).ljust(8, b"\0") != MAGIC:
         raise InputError("not a pmac raw trace (bad magic)", path=path)
     if int(hdr["version"]) != VERSION or int(hdr["rec_size"]) != RECORD_BYTES:
         raise InputError(f"raw trace version {int(hdr['version'])} / record size {int(hdr['rec_size'])} "
                          f"not supported (expected {VERSION} / {RECORD_BYTES})", path=path)
-    body = len(data) - HEADER_BYTES
+    body = size - HEADER_BYTES
     n = body // RECORD_BYTES
-    recs = np.frombuffer(data, RECORD_DTYPE, count=n, offset=HEADER_BYTES).copy()
+    recs = np.fromfile(path, RECORD_DTYPE, count=n, offset=HEADER_BYTES)  # one copy, whole records only
     ns_per_tick = 1.0
     if int(hdr["clock_kind"]) == 1:
         cal = recs[recs["type"] == T_CLOCK]
