@@ -410,6 +410,9 @@ VARIANTS = (
     Variant(name="emu-tcp", transport="tcp", n_nodes=2),
     Variant(name="emu-tcp-1gbit", transport="tcp", rate_bytes_per_s=1.25e8, n_nodes=2),
     Variant(name="emu-tcp-200mbit", transport="tcp", rate_bytes_per_s=2.5e7, n_nodes=2),
+    # slow enough that the examples' sustained traffic exceeds the rate (the tbf bucket passes
+    # sporadic small messages at line speed): the base of the bandwidth what-if check
+    Variant(name="emu-tcp-20mbit", transport="tcp", rate_bytes_per_s=2.5e6, n_nodes=2),
 )
 
 
