@@ -163,8 +163,8 @@ def _sattolo_lines(nxt, n_lines, stride, seed):
 
 
 @njit(cache=True)
-def _chase(nxt, steps):
-    p = 0
+def _chase(nxt, start, steps):
+    p = start
     for _ in range(steps):
         p = nxt[p]
     return p
@@ -200,13 +200,14 @@ class Params:
     max_reps: int = 20
     point_budget_s: float = 0.6
     latency_steps_min: int = 200_000
+    latency_steps_max: int = 500_000  # a repetition walks on from where the last one stopped
     accesses: tuple = ACCESS_KINDS
     core_counts: tuple = ()          # () -> (1, all cores)
 
     @classmethod
     def quick(cls) -> "Params":
         return cls(points_per_doubling=2, window=3, min_reps=3, max_reps=8,
-                   point_budget_s=0.25, latency_steps_min=100_000)
+                   point_budget_s=0.25, latency_steps_min=100_000, latency_steps_max=200_000)
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -340,14 +341,14 @@ def measure_latency_point(ws_bytes: int, p: Params) -> tuple[int, list[float]]:
     n_lines = max(ws_bytes // LINE_BYTES, 2)
     nxt = np.zeros(n_lines * stride, dtype=np.int64)
     _sattolo_lines(nxt, n_lines, stride, 7)
-    steps = max(p.latency_steps_min, 2 * n_lines)
-    _chase(nxt, n_lines)  # warm
+    steps = max(p.latency_steps_min, min(n_lines, p.latency_steps_max))
+    pos = _chase(nxt, 0, min(n_lines, steps))  # warm
     out = []
-    cap = max(p.min_reps, 3, p.max_reps // 2)
+    cap = max(p.min_reps, p.window, 3) + 2
     t_start = time.perf_counter()
     while len(out) < cap:
         t0 = time.perf_counter()
-        _chase(nxt, steps)
+        pos = _chase(nxt, pos, steps)
         out.append((time.perf_counter() - t0) / steps)
         if len(out) >= max(p.window, p.min_reps):
             if spread(ending_reps(out, p.window, p.stop_rule, larger_is_better=False)) < p.threshold:
