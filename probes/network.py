@@ -302,7 +302,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
     reps = 9 if quick else 15
     # wall-time budget of the ping-pong sweeps: on a loaded machine (busy-polling ranks wait for
     # the scheduler) stop after the repetition that exceeds it, keeping at least 3
-    budget_s = 8.0 if quick else 240.0
+    budget_s = 8.0 if quick else 90.0
     sizes = pingpong_sizes(quick, max_bytes)
     buf = np.zeros(max(max_bytes, 1) * 1, np.uint8)
     sbuf = np.zeros(WINDOW * min(1 << 20, max_bytes), np.uint8)
