@@ -328,8 +328,7 @@ def _wrapper(w: W, big: bool) -> str:
 # ---------------------------------------------------------------- Fortran (mpif.h / use mpi)
 #: rows without Fortran wrappers: matched probes (MPI_Message), 1-based index outputs,
 #: per-peer datatype arrays, non-blocking dup
-FORTRAN_SKIP = frozenset({"MPI_Mprobe", "MPI_Improbe", "MPI_Mrecv", "MPI_Imrecv", "MPI_Waitany", "MPI_Waitsome",
-                          "MPI_Testany", "MPI_Testsome", "MPI_Alltoallw", "MPI_Comm_idup"})
+FORTRAN_SKIP = frozenset({"MPI_Mprobe", "MPI_Improbe", "MPI_Mrecv", "MPI_Imrecv", "MPI_Alltoallw", "MPI_Comm_idup"})
 #: Fortran argument lists that differ from C (besides the trailing ierr)
 FORTRAN_PARAMS = {"MPI_Init": "void", "MPI_Init_thread": "int required, int *provided"}
 _HANDLE_TYPES = {"MPI_Datatype": "Type", "MPI_Comm": "Comm", "MPI_Op": "Op", "MPI_Group": "Group",
@@ -357,12 +356,19 @@ def _fortran_wrapper(w: W) -> str | None:
         fparams.append(f"MPI_Fint *{f}")
         fargs.append(f)
         base = typ.replace("const", "").replace("*", "").strip()
-        if typ in ("int",):
+        if typ == "int" and not arr:
             before.append(f"int {name} = (int)*{f};")
         elif base in _HANDLE_TYPES and "*" not in typ and not arr:
             before.append(f"{base} {name} = PMPI_{_HANDLE_TYPES[base]}_f2c(*{f});")
         elif typ == "const int" and arr:
             before.append(f"const int *{name} = (const int *){f};")
+        elif typ == "int *" and name == "index":  # Fortran indices count from 1
+            before.append(f"int {name}_c = MPI_UNDEFINED; int *{name} = &{name}_c;")
+            after.append(f"{name}_c = (*{f} == MPI_UNDEFINED) ? MPI_UNDEFINED : (int)*{f} - 1;")
+        elif typ == "int" and arr and name == "array_of_indices":
+            before.append(f"int *{name} = pmac_fidx(incount);")
+            after.append(f"for (int k = 0; k < incount && *outcount != MPI_UNDEFINED && k < *outcount; k++) "
+                         f"{name}[k] = (int){f}[k] - 1;")
         elif typ == "int *":
             before.append(f"int *{name} = (int *){f};")
         elif typ == "MPI_Status *" and name == "status":
@@ -370,12 +376,12 @@ def _fortran_wrapper(w: W) -> str | None:
                           f"MPI_Status *{name} = &{name}_c;")
             after.append(f"PMPI_Status_f2c({f}, &{name}_c);")
         elif typ == "MPI_Status *":  # array_of_statuses, with `count` or `incount` requests
-            n = "count"
+            n = "incount" if "incount" in params else "count"
             before.append(f"if ({f} == MPI_F_STATUSES_IGNORE) {{ {f} = pmac_fstbuf({n}); }} "
                           f"MPI_Status *{name} = pmac_statbuf({n});")
             after.append(f"for (int i = 0; i < {n}; i++) PMPI_Status_f2c({f} + (size_t)i * PMAC_FSTATUS, &{name}[i]);")
         elif base == "MPI_Request" and arr:
-            before.append(f"MPI_Request *{name} = pmac_f2c_reqs({f}, count);")
+            before.append(f"MPI_Request *{name} = pmac_f2c_reqs({f}, {'incount' if 'incount' in params else 'count'});")
         elif base in _HANDLE_TYPES and typ.endswith("*"):
             h = _HANDLE_TYPES[base]
             before.append(f"{base} {name}_c = PMPI_{h}_f2c(*{f}); {base} *{name} = &{name}_c;")

@@ -44,6 +44,14 @@ def _trace(env, n, args, name, timeout_s=60, **kw):
     return trace_mpi(argv, env["dir"] / name, timeout_s=timeout_s, **kw)
 
 
+def pd_concat_requests(rq, calls):
+    """The request rows named by these completion calls."""
+    import pandas as pd
+
+    return pd.concat([rq.iloc[int(c["req_offset"]): int(c["req_offset"]) + int(c["n_requests"])]
+                      for _, c in calls.iterrows()])
+
+
 def _counts(ev, rank):
     e = ev[ev["rank"] == rank]
     return {Op(o).name: int(c) for o, c in e["op"].value_counts().items()}
@@ -327,7 +335,8 @@ def test_fortran_open_mpi(env, n):
     assert res.returncode == 0 and res.raw.unmatched == ()
     ev = res.signature.events
     for r in range(n):
-        expect = {"INIT": 1, "IRECV": 2, "ISEND": 2, "WAITALL": 2, "SENDRECV": 1, "ALLREDUCE": 1, "ALLGATHER": 1,
+        expect = {"INIT": 1, "IRECV": 3, "ISEND": 3, "WAITALL": 2, "WAITANY": 1, "WAITSOME": 1, "SENDRECV": 1,
+                  "ALLREDUCE": 1, "ALLGATHER": 1,
                   "COMM_SPLIT": 1,
                   "BCAST": 1, "COMM_FREE": 1, "BARRIER": 1, "FINALIZE": 1}
         if r == 0:
@@ -337,8 +346,18 @@ def test_fortran_open_mpi(env, n):
         assert _counts(ev, r) == expect  # each call once: no double count through the C wrappers
     recv = ev[ev["op"] == Op.RECV].iloc[0]  # MPI_ANY_SOURCE, MPI_STATUS_IGNORE: the shim's own status
     assert (recv["source"], recv["recv_tag"], recv["recv_bytes"]) == (0, 9, 40)
-    assert int(ev[ev["op"] == Op.ISEND]["send_bytes"].sum()) == 2 * n * 800
-    assert (res.signature.requests["completed"] == 1).all()
+    assert int(ev[ev["op"] == Op.ISEND]["send_bytes"].sum()) == 3 * n * 800
+    rq = res.signature.requests
+    for r in range(n):  # Waitany + Waitsome complete the third irecv/isend pair exactly once each
+        e = ev[ev["rank"] == r]
+        irecv3, isend3 = e[e["op"] == Op.IRECV]["seq"].iloc[2], e[e["op"] == Op.ISEND]["seq"].iloc[2]
+        rows = pd_concat_requests(rq, e[e["op"].isin([Op.WAITANY, Op.WAITSOME])])
+        done = rows[rows["completed"] == 1]
+        assert sorted(done["request"]) == [irecv3, isend3]
+        got = done[done["request"] == irecv3].iloc[0]
+        assert (got["source"], got["recv_bytes"]) == ((r - 1) % n, 800)
+    waits = ev[ev["op"] == Op.WAITALL]
+    assert (pd_concat_requests(rq, waits)["completed"] == 1).all()
     ag = ev[ev["op"] == Op.ALLGATHER]  # Fortran MPI_IN_PLACE recognised: own block = 2 doubles
     assert list(ag["send_bytes"]) == [16] * n and list(ag["recv_bytes"]) == [16 * n] * n
     bc = ev[ev["op"] == Op.BCAST].sort_values("rank")

@@ -334,6 +334,17 @@ static MPI_Fint *pmac_fstbuf(int n) {
     return pmac_fstv;
 }
 
+static int *pmac_fidxv;
+static int pmac_fidxcap;
+
+static int *pmac_fidx(int n) {
+    if (n > pmac_fidxcap) {
+        pmac_fidxcap = n * 2;
+        pmac_fidxv = (int *)realloc(pmac_fidxv, sizeof(int) * (size_t)pmac_fidxcap);
+    }
+    return pmac_fidxv;
+}
+
 static MPI_Request *pmac_f2c_reqs(const MPI_Fint *f, int n) {
     if (n > pmac_frqcap) {
         pmac_frqcap = n * 2;

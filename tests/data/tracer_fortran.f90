@@ -3,7 +3,7 @@ program tracer_fortran
   use mpi
   implicit none
   integer :: ierr, rank, nprocs, right, left, sub, i
-  integer :: reqs(2), st(MPI_STATUS_SIZE)
+  integer :: reqs(2), st(MPI_STATUS_SIZE), idx, outc, idxs(2)
   double precision :: a(100), b(100), x, y
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -16,6 +16,11 @@ program tracer_fortran
     call MPI_Isend(a, 100, MPI_DOUBLE_PRECISION, right, 7, MPI_COMM_WORLD, reqs(2), ierr)
     call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE, ierr)
   end do
+  ! any order, 1-based indices in Fortran: Waitany then Waitsome on what is left
+  call MPI_Irecv(b, 100, MPI_DOUBLE_PRECISION, left, 11, MPI_COMM_WORLD, reqs(1), ierr)
+  call MPI_Isend(a, 100, MPI_DOUBLE_PRECISION, right, 11, MPI_COMM_WORLD, reqs(2), ierr)
+  call MPI_Waitany(2, reqs, idx, st, ierr)
+  call MPI_Waitsome(2, reqs, outc, idxs, MPI_STATUSES_IGNORE, ierr)
   call MPI_Sendrecv(a, 10, MPI_DOUBLE_PRECISION, right, 8, b, 10, MPI_DOUBLE_PRECISION, left, 8, &
                     MPI_COMM_WORLD, st, ierr)
   if (rank == 0) then
