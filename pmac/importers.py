@@ -66,7 +66,8 @@ def import_kerncraft(path: str | Path, *, name: str) -> MachineProfile:
     path = Path(path)
     text = _read_text(path)
     try:
-        d = yaml.safe_load(text)
+        # the safe loader, in C when PyYAML has it (kerncraft files run to thousands of lines)
+        d = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise InputError(f"malformed YAML: {getattr(exc, 'problem', exc)}", path=path) from None
     if not isinstance(d, dict) or "memory hierarchy" not in d:
