@@ -414,3 +414,16 @@ def test_cli_argument_errors(tmp_path, capsys, args, msg):
     rc = main(["trace", "-o", str(tmp_path / "s"), *args, "--", "true"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("pmac trace: error: ") and msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_stack_overflow_segfault_still_flushes(env, tmp_path):
+    """SIGSEGV from a stack overflow: the handler runs on the shim's alternate stack."""
+    src = tmp_path / "so.c"
+    src.write_text("#include <mpi.h>\nstatic int deep(int n) { volatile char b[4096]; b[0] = (char)n; "
+                   "return deep(n + 1) + b[0]; }\nint main(int c, char **v) { MPI_Init(&c, &v); "
+                   "MPI_Barrier(MPI_COMM_WORLD); return deep(0); }\n")
+    exe = tmp_path / "so"
+    subprocess.run([env["mpi"].mpicc, "-O0", "-o", str(exe), str(src)], check=True)
+    res = _trace(env, 1, [str(exe)], "stackoverflow")
+    assert res.returncode != 0
+    assert [Op(o).name for o in res.signature.events["op"]] == ["INIT", "BARRIER"]

@@ -487,12 +487,22 @@ static void pmac_start(void) {
     pmac_register(MPI_COMM_WORLD); /* id 0 */
     pmac_register(MPI_COMM_SELF);  /* id 1 */
     atexit(pmac_atexit);
+    /* an alternate stack (unless the program has one) so a stack overflow's SIGSEGV still flushes */
+    stack_t cur;
+    int onstack = 0;
+    if (sigaltstack(NULL, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
+        stack_t alt;
+        alt.ss_size = 1 << 16;
+        alt.ss_sp = malloc(alt.ss_size);
+        alt.ss_flags = 0;
+        onstack = alt.ss_sp && sigaltstack(&alt, NULL) == 0;
+    }
     for (size_t i = 0; i < sizeof pmac_sigs / sizeof pmac_sigs[0]; i++) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = pmac_sighandler;
         sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESTART;
+        sa.sa_flags = SA_RESTART | (onstack ? SA_ONSTACK : 0);
         sigaction(pmac_sigs[i], &sa, &pmac_oldsig[pmac_sigs[i]]);
     }
 }
