@@ -4,7 +4,8 @@
  * Build:  gcc -O3 -march=native -fopenmp-simd -o memory_c memory.c
  *         (-fopenmp-simd only honours the `omp simd reduction` pragmas, which give the C
  *          reductions the reassociation numba's fastmath=True gives the probe's kernels;
- *          no threads are used. flop_scalar carries optimize("no-tree-vectorize"), and
+ *          no threads are used. flop_scalar carries optimize("no-tree-vectorize",
+ *          "fp-contract=off"), and
  *          store/copy an empty asm memory barrier per sweep: see there.)
  * Usage:  memory_c KIND WORKING_SET_BYTES SWEEPS REPS
  *         KIND = load_unit | load_random | store | copy | flop_scalar | flop_simd
@@ -81,8 +82,9 @@ __attribute__((noinline)) static double copy(const double *a, double *b, size_t 
 #define POLY(v) v = v * c + e; v = v * c + e; v = v * c + e; v = v * c + e; \
                 v = v * c + e; v = v * c + e; v = v * c + e; v = v * c + e;
 
-/* gcc would vectorise this in-order reduction (fold-left); numba/LLVM keeps it scalar. */
-__attribute__((noinline, optimize("no-tree-vectorize"))) static double flop_scalar(const double *x, size_t n, long reps, double c, double e) {
+/* gcc would vectorise this in-order reduction (fold-left) and contract to FMA; numba/LLVM
+ * without fastmath keeps it scalar with separate multiply and add: same here. */
+__attribute__((noinline, optimize("no-tree-vectorize", "fp-contract=off"))) static double flop_scalar(const double *x, size_t n, long reps, double c, double e) {
     double s = 0.0;
     for (long r = 0; r < reps; r++)
         for (size_t i = 0; i < n; i++) { double v = x[i]; POLY(v) s += v; }
