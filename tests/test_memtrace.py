@@ -199,3 +199,18 @@ def test_mpi_program_bursts_join_the_mpi_trace(tmp_path, cache):
     flop = b.set_index("seq")["flop"]
     assert [flop[k] for k in (1, 2, 3)] == [2 * n] * 3 and flop[4] == 0
     assert sig.header.provenance["memory"]["mpi_instructions"][1] > 0
+
+
+def test_forked_child_leaves_the_parents_files_intact(tmp_path, cache):
+    src = tmp_path / "f.c"
+    src.write_text("#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n#include <sys/wait.h>\n"
+                   "int main(void) { static double a[100000]; double s = 0;\n"
+                   "  pid_t p = fork(); for (int i = 0; i < 100000; i++) a[i] = i;\n"
+                   "  if (p == 0) _exit(0);\n  waitpid(p, NULL, 0);\n"
+                   "  for (int i = 0; i < 100000; i++) s += a[i];\n  printf(\"%f\\n\", s); return 0; }\n")
+    exe = tmp_path / "f"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    files, rc, _, _ = run_under_tool([str(exe)], tmp_path / "run", sample_rate=1.0)
+    o = read_tool_output(files[0])   # neither truncated nor mixed with the child's accesses
+    assert rc == 0 and o.bursts[0, 1] >= 100000 and o.bursts[0, 2] >= 100000
+    assert len(o.words) == 1 + o.bursts[0, 14]  # burst marker + the parent's sampled accesses
