@@ -116,6 +116,8 @@ def trace_mpi(argv: list[str], out: str | Path, *, parameters: dict[str, Any] | 
             mpi_library=shim.libmpi, traced_wall_s=float(wall),
             provenance=provenance(command=shlex.join(argv)) | {
                 "shim_source_hash": shim.source_hash, "exit_code": int(rc),
+                "valgrind_requests": bool(raw.has_valgrind), "fortran_library": shim.fortran_library,
+                "n_large_count_calls": int(raw.stats.get("n_large_count_calls", 0)),
                 "warnings": list(raw.warnings)},
         )
         sig = make_signature(header, raw.events, requests=raw.requests, vcounts=raw.vcounts, comms=raw.comms)
