@@ -403,6 +403,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         "reps": reps,
         "window": WINDOW,
         "elapsed_s": time.perf_counter() - t_start,
+        "transparent_hugepage": _thp(),
     }
     if be.name == "numba-mpi":
         import numba
@@ -447,6 +448,16 @@ def _go_on(comm, first, other, rep, t0, budget_s) -> bool:
         comm.send(go, dest=other, tag=12)
         return go
     return comm.recv(source=other, tag=12)
+
+
+def _thp() -> str:
+    """The transparent-huge-page mode (numpy buffers of 4 MiB and more ask for huge pages)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
+        return text[text.index("[") + 1:text.index("]")]
+    except (OSError, ValueError):
+        return "unknown"
 
 
 def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float) -> list[tuple]:

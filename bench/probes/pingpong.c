@@ -1,6 +1,6 @@
 /* C reference ping-pong for bench/probes/pingpong.py: the same protocol as probes/network.py
  * (blocking MPI_Send/MPI_Recv, batch of `iters` round trips per repetition, one-way time =
- * batch / (2 iters), median over repetitions), against the same MPI library.
+ * batch / (2 iters), best of the repetitions), against the same MPI library.
  *
  * Build: mpicc -O3 -march=native -o pingpong pingpong.c   (pingpong.py does this)
  * Run:   mpiexec -n 2 ./pingpong [hugepage 0|1] [reps] SIZE:ITERS ...
@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
             t[r] = (MPI_Wtime() - t0) / (2.0 * iters);
         }
         qsort(t, reps, sizeof(double), cmp);
-        if (rank == 0) printf("%d %.6e\n", n, t[reps / 2]);
+        if (rank == 0) printf("%d %.6e\n", n, t[0]);  /* best repetition (shared machines) */
     }
     free(t);
     free(buf);
