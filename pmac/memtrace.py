@@ -67,11 +67,17 @@ class ToolOutput:
     function: np.ndarray          # str [n_functions]
     object: np.ndarray            # str [n_functions]
     functions: np.ndarray         # uint64 [n_functions, NC]
-    words: np.ndarray             # uint64 sampled access words (pmac_vg.c)
+    words: np.ndarray             # uint64 sampled access words (pmac_vg.c); empty when streamed
+    #: per line size, histograms [n_bursts, 2, bins] computed while the program ran (streamed)
+    hists: dict[int, np.ndarray] | None = None
 
 
-def read_tool_output(path: str | Path) -> ToolOutput:
-    """Read ``path`` (summary) and ``path.acc`` (sampled accesses) written by pmac_vg."""
+def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> ToolOutput:
+    """Read ``path`` (summary) and ``path.acc`` (sampled accesses) written by pmac_vg.
+
+    With ``stream`` (the access words were analysed through a FIFO while the program ran),
+    the histograms come from it and its word count is checked against the summary.
+    """
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -98,6 +104,8 @@ def read_tool_output(path: str | Path) -> ToolOutput:
     off += nb * _BURST.itemsize
     f = np.frombuffer(data, _FUNC, nf, off)
     acc_path = Path(str(path) + ".acc")
+    if stream is not None:
+        return _decoded(h, mpi, b, f, nf, np.zeros(0, np.uint64), stream.histograms(h, nb, acc_path))
     try:
         acc = acc_path.read_bytes()
     except OSError as exc:
@@ -112,6 +120,10 @@ def read_tool_output(path: str | Path) -> ToolOutput:
     if ah["hash_bits"] != HASH_BITS or ah["threshold"] != h["threshold"] or h["hash_bits"] != HASH_BITS:
         raise InputError("access file and summary disagree on the sampling parameters", path=acc_path)
     words = np.frombuffer(acc, "<u8", nw, _ACC_HEADER.itemsize)
+    return _decoded(h, mpi, b, f, nf, words, None)
+
+
+def _decoded(h, mpi, b, f, nf, words, hists) -> ToolOutput:
     dec = np.vectorize(lambda s: s.decode("utf-8", "replace"), otypes=[object])
     return ToolOutput(
         pid=int(h["pid"]), sample_rate=float(h["threshold"]) / (1 << HASH_BITS),
@@ -119,8 +131,89 @@ def read_tool_output(path: str | Path) -> ToolOutput:
         burst_seq=b["seq"].astype(np.int64), bursts=b["c"].astype(np.uint64),
         function=dec(f["name"]).astype(str) if nf else np.zeros(0, str),
         object=dec(f["object"]).astype(str) if nf else np.zeros(0, str),
-        functions=f["c"].astype(np.uint64).reshape(nf, NC), words=words,
+        functions=f["c"].astype(np.uint64).reshape(nf, NC), words=words, hists=hists,
     )
+
+
+class AccessStream:
+    """Reads one rank's access words from a FIFO while the program runs, histogramming them.
+
+    The tool opens ``rank-N.acc``; when that is a FIFO made by :func:`run_under_tool`, nothing
+    goes to disk: a thread feeds pmac.reuse.BurstHistograms for every line size.
+    """
+
+    def __init__(self, fifo: Path, line_sizes: tuple[int, ...]):
+        import threading
+
+        self.fifo = fifo
+        self.line_sizes = line_sizes
+        self.n_words = 0
+        self.header = b""
+        self.tail = 0
+        self.error: str | None = None
+        self.hist = {}
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        from .reuse import BurstHistograms
+
+        try:
+            with open(self.fifo, "rb", buffering=0) as f:  # blocks until the tool opens it
+                head = b""
+                while len(head) < _ACC_HEADER.itemsize:
+                    part = f.read(_ACC_HEADER.itemsize - len(head))
+                    if not part:
+                        break
+                    head += part
+                self.header = head
+                if len(head) < _ACC_HEADER.itemsize or head[:8] != b"PMACVGA1":
+                    return
+                ah = np.frombuffer(head, _ACC_HEADER)[0]
+                scale = (1 << HASH_BITS) / ah["threshold"] if ah["threshold"] else 0.0
+                self.hist = {lb: BurstHistograms(lb, scale) for lb in self.line_sizes}
+                rest = b""
+                while True:
+                    chunk = f.read(1 << 22)
+                    if not chunk:
+                        break
+                    buf = rest + chunk
+                    k = len(buf) // 8 * 8
+                    words = np.frombuffer(buf, "<u8", k // 8)
+                    rest = buf[k:]
+                    for bh in self.hist.values():
+                        bh.feed(words)
+                    self.n_words += k // 8
+                self.tail = len(rest)
+        except Exception as exc:  # reported by histograms()
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def release(self) -> None:
+        """After the program ended: unblock a reader still waiting for a writer, then wait."""
+        if self.thread.is_alive():
+            try:
+                fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+                os.close(fd)
+            except OSError:
+                pass
+        self.thread.join()
+
+    def histograms(self, h, n_bursts: int, path: Path) -> dict[int, np.ndarray]:
+        self.release()
+        if self.error:
+            raise InputError(f"reading the sampled accesses failed: {self.error}", path=path)
+        if len(self.header) < _ACC_HEADER.itemsize or self.header[:8] != b"PMACVGA1":
+            raise InputError("not a pmac_vg access stream (bad or missing header)", path=path)
+        ah = np.frombuffer(self.header, _ACC_HEADER)[0]
+        if ah["hash_bits"] != HASH_BITS or ah["threshold"] != h["threshold"]:
+            raise InputError("access stream and summary disagree on the sampling parameters", path=path)
+        if self.n_words != int(h["n_acc_words"]) or self.tail:
+            raise TruncatedError(f"{self.n_words} access words (+{self.tail} bytes) where the summary announces "
+                                 f"{int(h['n_acc_words'])}", path=path)
+        try:
+            return {lb: bh.result(n_bursts) for lb, bh in self.hist.items()}
+        except ValueError as exc:
+            raise InputError(str(exc), path=path) from None
 
 
 def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
@@ -147,7 +240,10 @@ def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...]
                                     "sample_frac": np.full(n, o.sample_rate)}))
         scale = 1.0 / o.sample_rate if o.sample_rate > 0 else 0.0
         for lb in line_sizes:
-            h = burst_histograms(o.words, n, lb, scale)        # [n, 2, bins]
+            if o.hists is not None and lb in o.hists:
+                h = o.hists[lb]
+            else:
+                h = burst_histograms(o.words, n, lb, scale)    # [n, 2, bins]
             bi, ai, ki = np.nonzero(h)
             reuse.append(pd.DataFrame({
                 "rank": np.full(len(bi), rank, np.int32), "seq": o.burst_seq[bi], "function": "",
@@ -192,10 +288,36 @@ def _program_index(argv: list[str]) -> int:
     raise InputError(f"cannot find the program in: {shlex.join(argv)}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ToolRun:
+    files: dict[int, Path]               # summary file per traced rank
+    streams: dict[int, AccessStream]     # ranks whose accesses went through a FIFO
+    returncode: int
+    wall_s: float
+    stderr: str
+
+    def output(self, rank: int) -> ToolOutput:
+        return read_tool_output(self.files[rank], self.streams.get(rank))
+
+
+def _n_ranks(launcher_args: list[str]) -> int | None:
+    for flag in ("-n", "-np", "--n", "--np"):
+        if flag in launcher_args:
+            k = launcher_args.index(flag)
+            if k + 1 < len(launcher_args) and launcher_args[k + 1].isdigit():
+                return int(launcher_args[k + 1])
+    return None
+
+
 def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ...] | None = None,
                    sample_rate: float = DEFAULT_SAMPLE_RATE, env: dict | None = None,
-                   timeout_s: float | None = None) -> tuple[dict[int, Path], int, float, str]:
-    """Run the command with the sampled ranks under pmac_vg; (files per rank, exit code, wall s, stderr)."""
+                   timeout_s: float | None = None, stream: bool = False,
+                   line_sizes: tuple[int, ...] = LINE_SIZES_BYTES) -> ToolRun:
+    """Run the command with the sampled ranks under pmac_vg.
+
+    ``stream=True``: the sampled accesses of each traced rank go through a FIFO into reuse
+    histograms while the program runs (nothing on disk); else into ``rank-N.acc`` files.
+    """
     from .reuse import threshold_for
 
     if not argv:
@@ -225,15 +347,27 @@ def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ..
         cmd = argv[:i] + [str(wrapper)] + argv[i:]
     else:
         cmd = valgrind_command(tool, out_dir / "rank-0", sample_threshold=threshold_for(sample_rate)) + argv
+    traced = [0] if i == 0 else list(ranks) if ranks else \
+        (list(range(_n_ranks(argv[1:i]))) if _n_ranks(argv[1:i]) else [])
+    streams = {}
+    if stream:
+        for r in traced:
+            fifo = out_dir / f"rank-{r}.acc"
+            os.mkfifo(fifo)
+            streams[r] = AccessStream(fifo, tuple(line_sizes))
     t0 = time.monotonic()
     try:
         r = subprocess.run(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                            errors="replace", timeout=timeout_s)
         rc, err = r.returncode, r.stderr
     except FileNotFoundError:
+        for st in streams.values():
+            st.release()
         raise InputError(f"command not found: {cmd[0]}") from None
     except subprocess.TimeoutExpired as exc:
         rc, err = -9, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+    for st in streams.values():
+        st.release()   # the analysis ran alongside; this waits for its last chunk
     wall = time.monotonic() - t0
     if any(s in err for s in _UNHANDLED):
         raise InputError("valgrind 3.19 met an instruction it cannot run (AVX-512 or newer): build the traced "
@@ -249,7 +383,8 @@ def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ..
     if not files:
         tail = " | ".join(err.strip().splitlines()[-3:])
         raise InputError(f"the memory tracer wrote nothing (exit code {rc}): {tail or 'no message'}")
-    return files, rc, wall, err
+    return ToolRun(files=files, streams={r: s for r, s in streams.items() if r in files}, returncode=rc,
+                   wall_s=wall, stderr=err)
 
 
 def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = None,
@@ -267,12 +402,14 @@ def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = 
     tmp = Path(tempfile.mkdtemp(prefix=".mem-", dir=out.parent if out.parent.exists() else None))
     try:
         progress(0.05, "running under valgrind")
-        files, rc, wall, err = run_under_tool(argv, tmp, ranks=ranks, sample_rate=sample_rate, timeout_s=timeout_s)
+        run = run_under_tool(argv, tmp, ranks=ranks, sample_rate=sample_rate, timeout_s=timeout_s, stream=True)
+        rc, wall = run.returncode, run.wall_s
         progress(0.7, "computing reuse distances")
-        outputs = {r: read_tool_output(p) for r, p in sorted(files.items())}
+        outputs = {r: run.output(r) for r in sorted(run.files)}
         tables = memory_tables(outputs)
         progress(0.95, "saving")
         info = {"memory_command": shlex.join(argv), "memory_ranks": sorted(outputs), "memory_wall_s": float(wall),
+                "memory_streamed_ranks": sorted(run.streams),
                 "memory_exit_code": int(rc), "memory_sample_rate": float(sample_rate),
                 "numba_cpu_name": os.environ.get("NUMBA_CPU_NAME", DEFAULT_NUMBA_CPU),
                 "mpi_instructions": {int(r): int(o.mpi["instructions"]) for r, o in outputs.items()}}

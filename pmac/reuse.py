@@ -65,18 +65,16 @@ def _mix(key):
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(cache=True)
-def _stack_distances(lines, out):
+@numba.njit(cache=True, nogil=True)
+def _sd_chunk(lines, out, keys, vals, tree, st):
+    """Stack distances of ``lines`` continuing the state (keys, vals, tree, st=[bits, live, size, pos]).
+
+    Returns the (possibly reallocated) state arrays.
+    """
     n = lines.shape[0]
-    bits = 16
-    cap = 1 << bits
-    keys = np.empty(cap, np.int64)
-    vals = np.full(cap, -1, np.int64)   # position (compacted time) of the line's last access
+    bits, live, size, pos = st[0], st[1], st[2], st[3]
+    cap = keys.shape[0]
     mask = cap - 1
-    live = 0
-    size = 4096
-    tree = np.zeros(size + 1, np.int32)
-    pos = 0
     for t in range(n):
         key = lines[t]
         h = np.int64(_mix(key) >> np.uint64(64 - bits))
@@ -141,16 +139,30 @@ def _stack_distances(lines, out):
                 if j <= size:
                     tree[j] += tree[i]
             pos = live
-    return out
+    st[0], st[1], st[2], st[3] = bits, live, size, pos
+    return keys, vals, tree
+
+
+class StackState:
+    """LRU stack state carried across chunks of one access stream (see :func:`_sd_chunk`)."""
+
+    def __init__(self):
+        self.keys = np.empty(1 << 16, np.int64)
+        self.vals = np.full(1 << 16, -1, np.int64)
+        self.tree = np.zeros(4096 + 1, np.int32)
+        self.st = np.array([16, 0, 4096, 0], np.int64)
+
+    def distances(self, lines: np.ndarray) -> np.ndarray:
+        lines = np.ascontiguousarray(lines, dtype=np.int64)
+        out = np.empty(lines.shape[0], np.int64)
+        if lines.shape[0]:
+            self.keys, self.vals, self.tree = _sd_chunk(lines, out, self.keys, self.vals, self.tree, self.st)
+        return out
 
 
 def stack_distances(lines: np.ndarray) -> np.ndarray:
     """Exact LRU stack distance (in distinct lines) of each access; -1 for a first touch."""
-    lines = np.ascontiguousarray(lines, dtype=np.int64)
-    out = np.empty(lines.shape[0], np.int64)
-    if lines.shape[0]:
-        _stack_distances(lines, out)
-    return out
+    return StackState().distances(lines)
 
 
 @numba.njit(cache=True)
@@ -215,10 +227,10 @@ def reuse_histogram(lines: np.ndarray, is_store: np.ndarray | None = None, *, sa
     return _histogram(stack_distances(lines), st, scale, _EDGES, hist)
 
 
-@numba.njit(cache=True)
-def _burst_lines(words, shift, lines, stores, burst_of):
+@numba.njit(cache=True, nogil=True)
+def _burst_lines(words, shift, b, lines, stores, burst_of):
+    """Decode access words (burst markers carry the burst index); returns (n accesses, last burst)."""
     n = 0
-    b = 0
     for w in words:
         if w >> np.uint64(63):
             b = np.int64(w & np.uint64(0x7FFFFFFFFFFFFFFF))
@@ -227,10 +239,10 @@ def _burst_lines(words, shift, lines, stores, burst_of):
         stores[n] = (w & np.uint64(1)) != 0
         burst_of[n] = b
         n += 1
-    return n
+    return n, b
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _burst_hist(dist, stores, burst_of, scale, edges, hist):
     cold = edges.shape[0] - 1
     for t in range(dist.shape[0]):
@@ -241,24 +253,53 @@ def _burst_hist(dist, stores, burst_of, scale, edges, hist):
     return hist
 
 
-def burst_histograms(words: np.ndarray, n_bursts: int, line_bytes: int, scale: float) -> np.ndarray:
-    """Histograms ``[n_bursts, 2, N_REUSE_BINS]`` from the tool's access words (32-byte units).
+class BurstHistograms:
+    """Per-burst load/store reuse histograms of the tool's access words, fed chunk by chunk.
 
-    The LRU stack runs over the whole stream (a burst starts with the cache state the previous
-    ones left); distances and counts are scaled by ``scale = 1/R``.
+    Words are in 32-byte units (pmac_vg.c); the LRU stack runs over the whole stream (a burst
+    starts with the cache state the previous ones left); distances and counts are scaled by
+    ``scale = 1/R``.
     """
-    if line_bytes < 32 or line_bytes & (line_bytes - 1):
-        raise ValueError(f"line size must be a power of two >= 32 bytes, got {line_bytes}")
-    words = np.ascontiguousarray(words, dtype=np.uint64)
-    n = words.shape[0]
-    lines = np.empty(n, np.int64)
-    stores = np.empty(n, np.bool_)
-    burst_of = np.empty(n, np.int64)
-    m = _burst_lines(words, int(math.log2(line_bytes // 32)), lines, stores, burst_of)
-    if m and (burst_of[:m].max() >= n_bursts):
-        raise ValueError(f"access words name burst {int(burst_of[:m].max())} of {n_bursts}")
-    hist = np.zeros((n_bursts, 2, N_REUSE_BINS), np.float64)
-    return _burst_hist(stack_distances(lines[:m]), stores[:m], burst_of[:m], float(scale), _EDGES, hist)
+
+    def __init__(self, line_bytes: int, scale: float):
+        if line_bytes < 32 or line_bytes & (line_bytes - 1):
+            raise ValueError(f"line size must be a power of two >= 32 bytes, got {line_bytes}")
+        self.shift = int(math.log2(line_bytes // 32))
+        self.scale = float(scale)
+        self.stack = StackState()
+        self.burst = 0
+        self.hist = np.zeros((16, 2, N_REUSE_BINS), np.float64)
+
+    def feed(self, words: np.ndarray) -> None:
+        words = np.ascontiguousarray(words, dtype=np.uint64)
+        n = words.shape[0]
+        lines = np.empty(n, np.int64)
+        stores = np.empty(n, np.bool_)
+        burst_of = np.empty(n, np.int64)
+        m, self.burst = _burst_lines(words, self.shift, self.burst, lines, stores, burst_of)
+        top = max(int(burst_of[:m].max()) if m else 0, self.burst)
+        if top >= self.hist.shape[0]:
+            grown = np.zeros((max(top + 1, 2 * self.hist.shape[0]), 2, N_REUSE_BINS), np.float64)
+            grown[: self.hist.shape[0]] = self.hist
+            self.hist = grown
+        _burst_hist(self.stack.distances(lines[:m]), stores[:m], burst_of[:m], self.scale, _EDGES, self.hist)
+
+    def result(self, n_bursts: int) -> np.ndarray:
+        """Histograms ``[n_bursts, 2, N_REUSE_BINS]``."""
+        if self.hist[n_bursts:].any():
+            last = int(np.nonzero(self.hist.reshape(self.hist.shape[0], -1).any(axis=1))[0].max())
+            raise ValueError(f"access words name burst {last} of {n_bursts}")
+        out = np.zeros((n_bursts, 2, N_REUSE_BINS), np.float64)
+        k = min(n_bursts, self.hist.shape[0])
+        out[:k] = self.hist[:k]
+        return out
+
+
+def burst_histograms(words: np.ndarray, n_bursts: int, line_bytes: int, scale: float) -> np.ndarray:
+    """Histograms ``[n_bursts, 2, N_REUSE_BINS]`` from the tool's access words in one go."""
+    bh = BurstHistograms(line_bytes, scale)
+    bh.feed(words)
+    return bh.result(n_bursts)
 
 
 # ---- associativity and hierarchies ------------------------------------------------------

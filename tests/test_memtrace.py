@@ -131,9 +131,9 @@ def test_instruction_total_agrees_with_callgrind(kernels, tmp_path):
 
 def test_truncated_and_bad_files(kernels, tmp_path):
     exe, _ = kernels
-    files, rc, _, _ = run_under_tool([str(exe), "1000"], tmp_path / "run", sample_rate=1.0)
-    assert rc == 0
-    p = files[0]
+    run = run_under_tool([str(exe), "1000"], tmp_path / "run", sample_rate=1.0)
+    assert run.returncode == 0 and not run.streams
+    p = run.files[0]
     o = read_tool_output(p)
     assert o.burst_seq.tolist() == [0, 1, 2, 3, 4]
     data = p.read_bytes()
@@ -153,6 +153,24 @@ def test_truncated_and_bad_files(kernels, tmp_path):
     Path(str(bad) + ".acc").write_bytes(acc[:-4])
     with pytest.raises(TruncatedError, match=r"trunc\.acc: .*access words"):
         read_tool_output(bad)
+
+
+def test_streamed_histograms_equal_the_file_ones(kernels, tmp_path):
+    exe, sig = kernels
+    streamed = run_under_tool([str(exe), str(N)], tmp_path / "s", sample_rate=0.25, stream=True)
+    on_disk = run_under_tool([str(exe), str(N)], tmp_path / "f", sample_rate=0.25)
+    assert list(streamed.streams) == [0] and not (tmp_path / "s" / "rank-0.acc").is_file()
+    a, b = streamed.output(0), on_disk.output(0)
+    assert a.words.size == 0 and b.hists is None
+    from pmac.reuse import burst_histograms
+
+    for lb in (32, 256):
+        np.testing.assert_array_equal(a.hists[lb], burst_histograms(b.words, len(b.burst_seq), lb, 4.0))
+    # the signature taken by trace_memory (streamed, rate 1) has every load of burst 1
+    r = sig.memory["reuse"]
+    assert r[(r["seq"] == 1) & (r["line_bytes"] == 64) & (r["access"] == 0)]["count"].sum() == \
+        sig.memory["bursts"].set_index("seq").loc[1, "loads"]
+    assert sig.header.provenance["memory"]["memory_streamed_ranks"] == [0]
 
 
 def test_missing_valgrind_names_the_package(monkeypatch):
@@ -210,7 +228,7 @@ def test_forked_child_leaves_the_parents_files_intact(tmp_path, cache):
                    "  for (int i = 0; i < 100000; i++) s += a[i];\n  printf(\"%f\\n\", s); return 0; }\n")
     exe = tmp_path / "f"
     subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
-    files, rc, _, _ = run_under_tool([str(exe)], tmp_path / "run", sample_rate=1.0)
-    o = read_tool_output(files[0])   # neither truncated nor mixed with the child's accesses
-    assert rc == 0 and o.bursts[0, 1] >= 100000 and o.bursts[0, 2] >= 100000
+    run = run_under_tool([str(exe)], tmp_path / "run", sample_rate=1.0)
+    o = read_tool_output(run.files[0])   # neither truncated nor mixed with the child's accesses
+    assert run.returncode == 0 and o.bursts[0, 1] >= 100000 and o.bursts[0, 2] >= 100000
     assert len(o.words) == 1 + o.bursts[0, 14]  # burst marker + the parent's sampled accesses

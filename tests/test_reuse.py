@@ -122,3 +122,22 @@ def test_burst_histograms_from_tool_words():
     assert h64[0, 0, COLD_BIN] == 4 and h64[0, 0, 0] == 4   # scaled by 1/R = 4
     with pytest.raises(ValueError, match="burst 1 of 1"):
         burst_histograms(words, 1, 32, 1.0)
+
+
+def test_chunked_feeding_equals_one_pass():
+    from pmac.reuse import BurstHistograms, StackState
+
+    rng = np.random.default_rng(13)
+    lines = rng.integers(0, 9000, 30000)
+    st = StackState()
+    parts = np.split(lines, [1, 5000, 5001, 17000])
+    np.testing.assert_array_equal(np.concatenate([st.distances(p) for p in parts]), stack_distances(lines))
+    marker = np.uint64(1 << 63)
+    words = (lines.astype(np.uint64) << np.uint64(1)) | (rng.random(30000) < 0.3).astype(np.uint64)
+    words = np.insert(words, [0, 10000, 20000, 20000], [marker | np.uint64(b) for b in (0, 1, 2, 3)])
+    one = burst_histograms(words, 4, 64, 2.0)
+    bh = BurstHistograms(64, 2.0)
+    for p in np.split(words, [3, 10001, 10002, 25000]):  # chunks cut right after a marker too
+        bh.feed(p)
+    np.testing.assert_array_equal(bh.result(4), one)
+    assert one[2].sum() == 0 and one[3].sum() == 2.0 * 10000
