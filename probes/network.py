@@ -19,6 +19,7 @@ first rank on another node (``inter_node``); placement from ``MPI.Get_processor_
   full run adds the midpoints), OSU-style warm-up, a batch of iterations per repetition sized
   to take ``--batch-ms`` (many iterations for small messages, few for large); each repetition
   sweeps every size, so load from elsewhere spreads over sizes rather than spoiling one;
+  sizes whose single round trip exceeds 0.25 s (full run: 1 s) are skipped (slow links);
 - ``stream``: a window of 64 non-blocking sends, then a 1-byte acknowledgement (OSU bw); the
   time per message of the window;
 - ``send_overhead``: time inside the send call of a small message (LogP o_s); ``recv_overhead``:
@@ -303,6 +304,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
     # wall-time budget of the ping-pong sweeps: on a loaded machine (busy-polling ranks wait for
     # the scheduler) stop after the repetition that exceeds it, keeping at least 3
     budget_s = 8.0 if quick else 90.0
+    max_call_s = 0.25 if quick else 1.0  # sizes slower than this per iteration are skipped
     sizes = pingpong_sizes(quick, max_bytes)
     buf = np.zeros(max(max_bytes, 1) * 1, np.uint8)
     sbuf = np.zeros(WINDOW * min(1 << 20, max_bytes), np.uint8)
@@ -320,7 +322,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
             be.pingpong(buf, 1, 20, first, other)
         report(step / steps, f"ping-pong {placement}")
         pp_iters = _calibrate(be, comm, buf, sizes, batch_s, first, other, active,
-                              lambda n, it: be.pingpong(buf, n, it, first, other))
+                              lambda n, it: be.pingpong(buf, n, it, first, other), max_call_s=max_call_s)
         # repetitions outermost: each sweeps all sizes, so a burst of load from elsewhere
         # spreads over sizes instead of spoiling every repetition of one size
         t0 = time.perf_counter()
@@ -328,9 +330,10 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
             if active and not _go_on(comm, first, other, r, t0, budget_s):
                 break
             for n in sizes:
-                if active:
+                if active and n in pp_iters:
                     it = pp_iters[n]
-                    be.pingpong(buf, n, max(1, it // 10), first, other)  # warm-up
+                    if it >= 10:
+                        be.pingpong(buf, n, it // 10, first, other)  # warm-up
                     dt = be.pingpong(buf, n, it, first, other)
                     if first:
                         pp_rows.append((placement, "pingpong", n, r, dt / (2 * it)))
@@ -339,15 +342,16 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         stream_sizes = [s for s in sizes if s >= 1024 and s * WINDOW <= sbuf.size and (s & (s - 1)) == 0][::2]
         st_iters = _calibrate(be, comm, sbuf, stream_sizes, batch_s, first, other, active,
                               lambda n, it: be.stream(sbuf, n, it, first, other), cap=200,
-                              msgs_per_iter=WINDOW)
+                              msgs_per_iter=WINDOW, max_call_s=max_call_s)
         t0 = time.perf_counter()
         for r in range(reps):
             if active and not _go_on(comm, first, other, r, t0, budget_s / 2):
                 break
             for n in stream_sizes:
-                if active:
+                if active and n in st_iters:
                     it = st_iters[n]
-                    be.stream(sbuf, n, 1, first, other)
+                    if it >= 10:
+                        be.stream(sbuf, n, 1, first, other)
                     dt = be.stream(sbuf, n, it, first, other)
                     if first:
                         pp_rows.append((placement, "stream", n, r, dt / (it * WINDOW)))
@@ -422,18 +426,27 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
 
 
 def _calibrate(be, comm, buf, sizes, batch_s, first, other, active, call, cap: int = 5000,
-               msgs_per_iter: int = 1) -> dict:
+               msgs_per_iter: int = 1, max_call_s: float = 1.0) -> dict:
     """Iterations per size so that one repetition lasts about ``batch_s``, from a timed warm-up.
 
-    The first rank of the pair decides and sends the counts to its partner (they must agree).
+    Sizes from the first one whose single iteration takes longer than ``max_call_s`` on are
+    dropped (a slow link: 16 MiB at 20 Mbit/s takes 7 s; the fit extrapolates). The first rank
+    of the pair decides, size by size, and its partner follows (they must agree).
     """
     if not active:
         return {}
     iters = {}
     for n in sizes:
-        guess = iterations(n * msgs_per_iter, batch_s * 0.2, cap=cap)
+        guess = max(1, iterations(n * msgs_per_iter, batch_s * 0.2, cap=cap) // 2)
         dt = call(n, guess)
         per = max(dt / guess, 1e-9)
+        if first:
+            keep = per <= max_call_s
+            comm.send(keep, dest=other, tag=11)
+        else:
+            keep = comm.recv(source=other, tag=11)
+        if not keep:
+            break
         iters[n] = int(max(1, min(cap, batch_s / per)))
     if first:
         comm.send(iters, dest=other, tag=11)

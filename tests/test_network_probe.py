@@ -113,3 +113,38 @@ def test_in_job_entry_point(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     lines = {line for line in r.stdout.splitlines() if line.startswith("RESULT")}
     assert lines == {"RESULT True True []", "RESULT True True ['collective', 'pingpong']"}
+
+
+def _probe_module():
+    import importlib.util
+
+    from pmac.probe_network import probe_script
+
+    spec = importlib.util.spec_from_file_location("probe_network_under_test", probe_script())
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_calibration_sizes_repetitions_and_skips_slow_sizes():
+    """Iterations fill the batch; sizes slower than the per-call limit (and larger) are dropped."""
+    mod = _probe_module()
+
+    class FakeComm:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, obj, dest, tag):
+            self.sent.append(obj)
+
+    comm = FakeComm()
+    link_s = lambda n: 1e-6 + n / 2.5e6  # 20 Mbit/s
+    iters = mod._calibrate(None, comm, None, [8, 1024, 1 << 20, 4 << 20], 5e-3, True, 1, True,
+                           lambda n, it: it * 2 * link_s(n), max_call_s=1.0)
+    assert set(iters) == {8, 1024, 1 << 20}  # 1 MiB takes 0.84 s per round trip, 4 MiB 3.4 s: dropped
+    assert iters[1 << 20] == 1
+    assert iters[8] == int(5e-3 / (2 * link_s(8)))
+    assert iters[1024] == int(5e-3 / (2 * link_s(1024)))
+    assert comm.sent == [True, True, True, False, iters]  # the partner follows the decisions
+    assert mod.pingpong_sizes(True)[:3] == [0, 1, 2] and mod.pingpong_sizes(True)[-1] == 16 << 20
+    assert len(mod.pingpong_sizes(False)) > len(mod.pingpong_sizes(True))
