@@ -391,7 +391,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
     coll_rows: list[tuple] = []
     if collectives:
         report(step / steps, "collectives")
-        coll_rows = _collectives(comm, ids, quick=quick, reps=reps, batch_s=batch_s)
+        coll_rows = _collectives(comm, ids, quick=quick, reps=reps, batch_s=batch_s, max_call_s=max_call_s)
     meta = {
         "mpi_library": MPI.Get_library_version().strip().splitlines()[0] if rank == 0 else "",
         "mpi_version": ".".join(map(str, MPI.Get_version())),
@@ -473,7 +473,7 @@ def _thp() -> str:
         return "unknown"
 
 
-def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float) -> list[tuple]:
+def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_s: float = 1.0) -> list[tuple]:
     from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -503,8 +503,14 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float) -> list[t
                     for _ in range(guess):  # warm-up, timed to size the repetitions
                         call()
                     per = sub.allreduce((time.perf_counter() - t0) / guess, op=MPI.MAX)
+                    if per > max_call_s:  # a slow link: skip this and larger sizes of the op
+                        break
                     it = int(max(1, min(2000, batch_s / max(per, 1e-9))))
+                    t_op = time.perf_counter()
                     for r in range(reps):
+                        # keep at least 3 repetitions; rank 0 ends a point that overruns its budget
+                        if r >= 3 and sub.bcast(time.perf_counter() - t_op > (2.0 if quick else 10.0), root=0):
+                            break
                         sub.Barrier()
                         t0 = time.perf_counter()
                         for _ in range(it):
