@@ -41,7 +41,8 @@ def worker(backend: str, reps: int, points: list[str]) -> None:
     rank = comm.Get_rank()
     be = mod.NumbaBackend(comm) if backend == "numba" else mod.PythonBackend(comm)
     pts = [(int(p.split(":")[0]), int(p.split(":")[1])) for p in points]
-    buf = np.ones(max(n for n, _ in pts), np.uint8)
+    buf = mod.aligned_buffer(max(n for n, _ in pts))
+    buf[:] = 1
     first, peer = rank == 0, 1 - rank
     be.pingpong(buf, 8, 100, first, peer)  # compile
     if rank == 0 and backend == "numba":
