@@ -128,7 +128,7 @@ def plot_profile(profile: MachineProfile, path: str | Path) -> None:
             ax.set_xlabel("working set [bytes]")
             ax.set_ylabel("bandwidth [GB/s]")
             ax.set_title(f"{profile.name}: memory bandwidth")
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="best", framealpha=0.6)
         elif kind == "latency":
             lc = node.latency_curve
             ax.plot(lc.working_set_bytes, np.asarray(lc.latency_s) * 1e9, marker=".")

@@ -403,7 +403,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         report(step / steps, "collectives")
         coll_rows = _collectives(comm, ids, quick=quick, reps=reps, batch_s=batch_s, max_call_s=max_call_s)
     meta = {
-        "mpi_library": MPI.Get_library_version().strip().splitlines()[0] if rank == 0 else "",
+        "mpi_library": " ".join(MPI.Get_library_version().strip().splitlines()[0].split()) if rank == 0 else "",
         "mpi_version": ".".join(map(str, MPI.Get_version())),
         "mpi4py": __import__("mpi4py").__version__,
         "backend": be.name,
