@@ -59,10 +59,15 @@ LOCK_FILE = Path("/run/lock/pmacemu.lock")
 NETNS_ETC = Path("/etc/netns")
 #: hydra + UCX environment that forces TCP between the namespaces (see module docstring)
 TCP_ENV = {"UCX_TLS": "tcp,self", "MPIR_CVAR_NOLOCAL": "1"}
-#: tbf bucket: at least this many bytes (smaller buckets starve TCP with GSO segments of 64 KiB:
-#: measured 59 MB/s at 1 Gbit/s with 64 KiB against 131 MB/s with 128 KiB), or 1 ms at the rate
-TBF_MIN_BURST_BYTES = 128 * 1024
-TBF_LATENCY_S = 0.05
+#: tbf bucket: 1 ms at the rate, and at least 5000 B (three full frames). A token bucket passes
+#: a burst up to its size at line speed, so a large bucket makes sporadic messages free and
+#: only sustained traffic pays the rate (measured at 20 Mbit/s, 2 ranks: with 128 KiB, 1 KiB
+#: one-way 17 us and stencil2d-n2-128 as fast as unlimited; with 5000 B, 1 KiB 130 us, 8 KiB
+#: 2.8 ms). A bucket much below 1 ms starves TCP at high rates (1 Gbit/s with 64 KiB: 59 MB/s,
+#: with 125 kB: 125 MB/s).
+TBF_MIN_BURST_BYTES = 5000
+#: tbf queue limit in time at the rate: long enough that TCP windows do not overflow it
+TBF_LATENCY_S = 0.2
 MAX_NODES = 200
 
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(bit|bps|bit/s)\s*$", re.IGNORECASE)
@@ -484,7 +489,7 @@ def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, qui
                            progress=None, timeout_s: float | None = None, reuse: bool = False) -> dict[str, tuple]:
     """Measure the network of every variant with pmac's network probe (two ranks per run).
 
-    Returns ``{name: (NetworkModel, raw tables)}``. Shared memory: two ranks on the host
+    Returns ``{name: (NetworkModel, raw tables, {record: quick})}``. Shared memory: two ranks on the host
     (``intra_node``). TCP: two ranks on two nodes (``inter_node`` and its collectives) at the
     variant's rate, and two ranks in one node (``intra_node``: TCP over the node's loopback,
     as MPIR_CVAR_NOLOCAL makes it; no tbf there, so measured once for all TCP variants).
@@ -507,7 +512,7 @@ def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, qui
     if reuse:
         for v, what in runs:
             tables, meta = read_record(workdir / f"{v.name}-{what}" / "network.npz")
-            done[(v.name, what)] = (model_from_record(tables, meta), tables)
+            done[(v.name, what)] = (model_from_record(tables, meta), tables, bool(meta.get("quick", quick)))
         runs = []
     with variant_switch(variants if runs else []) as sw:
         for i, (v, what) in enumerate(runs):
@@ -515,25 +520,26 @@ def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, qui
                 progress((i + f) / len(runs), f"{name}: {m}")
             kw = dict(quick=quick, workdir=workdir / f"{v.name}-{what}", progress=sub, timeout_s=timeout_s)
             if what == "shm":
-                done[(v.name, what)] = measure_network(n_ranks=2, **kw)
+                done[(v.name, what)] = (*measure_network(n_ranks=2, **kw), quick)
             else:
                 launcher = sw.activate(v)
                 cl = launcher.cluster
                 rpn = 2 if what == "tcp-intra" else 1
-                done[(v.name, what)] = measure_network(mpiexec_prefix=cl.mpiexec_prefix(2, rpn),
-                                                       node_map=list(cl.rank_to_node(2, rpn)), **kw)
+                done[(v.name, what)] = (*measure_network(mpiexec_prefix=cl.mpiexec_prefix(2, rpn),
+                                                         node_map=list(cl.rank_to_node(2, rpn)), **kw), quick)
     out = {}
     for v in variants:
         if v.transport == "shm":
-            out[v.name] = done[(v.name, "shm")]
+            model, tables, q = done[(v.name, "shm")]
+            out[v.name] = (model, tables, {f"{v.name}-shm": q})
             continue
-        intra_model, intra_tables = done[(tcp[0].name, "tcp-intra")]
-        inter_model, inter_tables = done[(v.name, "inter")]
+        intra_model, intra_tables, q_intra = done[(tcp[0].name, "tcp-intra")]
+        inter_model, inter_tables, q_inter = done[(v.name, "inter")]
         model = NetworkModel(intra_node=intra_model.intra_node, inter_node=inter_model.inter_node,
                              collectives=tuple(inter_model.collectives) + tuple(intra_model.collectives),
                              mpi_library=inter_model.mpi_library)
         tables = {k: pd.concat([intra_tables[k], inter_tables[k]], ignore_index=True)
                   for k in inter_tables if k in intra_tables}
-        out[v.name] = (model, tables)
+        out[v.name] = (model, tables, {f"{tcp[0].name}-tcp-intra": q_intra, f"{v.name}-inter": q_inter})
     progress(1.0, "done")
     return out
