@@ -11,8 +11,11 @@ stream via pmac.reuse), then written as ``memory.npz`` into the signature folder
 
 Numba programs: valgrind's CPU lacks AVX-512 and numba would otherwise compile for the CPU it
 detects, so ``NUMBA_CPU_NAME`` is pinned (default ``haswell``; pin the same value in the run you
-measure). Jitted code has no symbols: its functions appear as ``?0x<page>`` (its 4 KiB code page)
-in the functions table.
+measure). Jitted code has no symbols: the tool names code outside any object by its 64-byte block
+(``?0x...``), and a ``sitecustomize`` put first on ``PYTHONPATH`` (it chains to any other one)
+writes, at exit of a Python process that imported numba, the entry address of every compiled
+overload (``numba-<pid>.txt``); :func:`name_jit_code` maps each block to the function whose entry
+point precedes it (object ``numba``). The at-exit walk runs in the last burst.
 """
 
 from __future__ import annotations
@@ -263,6 +266,82 @@ def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...]
     return {"bursts": cat(bursts, BURSTS), "reuse": cat(reuse, REUSE), "functions": cat(funcs, FUNCTIONS)}
 
 
+_PY_HOOK = r"""# pmac memory tracer: name numba-jitted code (entry address of every compiled overload at exit)
+import atexit, os, sys
+
+
+def _pmac_numba_dump():
+    if "numba" not in sys.modules or not os.environ.get("PMAC_VG_DIR"):
+        return
+    try:
+        import gc
+        from numba.core.dispatcher import Dispatcher
+        rows = []
+        for d in gc.get_objects():
+            if isinstance(d, Dispatcher):
+                name = getattr(d.py_func, "__module__", "?") + "." + d.py_func.__qualname__
+                for cres in list(d.overloads.values()):
+                    try:
+                        addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+                    except Exception:
+                        continue
+                    if addr:
+                        rows.append("%x %s" % (addr, name))
+        with open(os.path.join(os.environ["PMAC_VG_DIR"], "numba-%d.txt" % os.getpid()), "w") as f:
+            f.write("".join(r + chr(10) for r in rows))
+    except Exception:
+        pass
+
+
+atexit.register(_pmac_numba_dump)
+_here = os.path.dirname(os.path.abspath(__file__))
+try:  # chain to the sitecustomize this one shadows
+    import importlib.machinery, importlib.util
+    _spec = importlib.machinery.PathFinder.find_spec(
+        "sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != _here])
+    if _spec is not None:
+        _mod = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(_mod)
+except Exception:
+    pass
+"""
+
+
+def read_jit_symbols(folder: Path) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``numba-<pid>.txt`` files: pid -> (sorted entry addresses, function names)."""
+    out = {}
+    for p in Path(folder).glob("numba-*.txt"):
+        try:
+            pid = int(p.stem.split("-", 1)[1])
+            rows = [ln.split(" ", 1) for ln in p.read_text().splitlines() if " " in ln]
+            addr = np.array([int(a, 16) for a, _ in rows], dtype=np.uint64)
+        except ValueError:
+            continue
+        names = np.array([n for _, n in rows], dtype=object)
+        order = np.argsort(addr, kind="stable")
+        out[pid] = (addr[order], names[order])
+    return out
+
+
+def name_jit_code(o: ToolOutput, symbols: tuple[np.ndarray, np.ndarray], *, max_size: int = 1 << 20) -> ToolOutput:
+    """Rename the anonymous-code rows (``?0x<block>``, no object) after the jitted functions."""
+    addr, names = symbols
+    if not len(addr) or not len(o.function):
+        return o
+    fn = o.function.astype(object).copy()
+    ob = o.object.astype(object).copy()
+    for k, (f, obj) in enumerate(zip(o.function, o.object)):
+        if obj or not f.startswith("?0x"):
+            continue
+        a = int(f[3:], 16)
+        i = int(np.searchsorted(addr, np.uint64(a), side="right")) - 1
+        if i < 0 and len(addr) and int(addr[0]) - a < 64:
+            i = 0  # the block holding the entry point starts just before it
+        if i >= 0 and a + 64 > int(addr[i]) and a - int(addr[i]) < max_size:
+            fn[k], ob[k] = names[i], "numba"
+    return dataclasses.replace(o, function=fn.astype(str), object=ob.astype(str))
+
+
 _WRAPPER = """#!/bin/sh
 # pmac memory tracer: run this rank under valgrind when it is one of PMAC_VG_RANKS
 r="${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}"
@@ -292,12 +371,15 @@ def _program_index(argv: list[str]) -> int:
 class ToolRun:
     files: dict[int, Path]               # summary file per traced rank
     streams: dict[int, AccessStream]     # ranks whose accesses went through a FIFO
+    #: pid -> numba entry points (see :func:`read_jit_symbols`)
+    jit_symbols: dict[int, tuple[np.ndarray, np.ndarray]]
     returncode: int
     wall_s: float
     stderr: str
 
     def output(self, rank: int) -> ToolOutput:
-        return read_tool_output(self.files[rank], self.streams.get(rank))
+        o = read_tool_output(self.files[rank], self.streams.get(rank))
+        return name_jit_code(o, self.jit_symbols[o.pid]) if o.pid in self.jit_symbols else o
 
 
 def _n_ranks(launcher_args: list[str]) -> int | None:
@@ -328,6 +410,11 @@ def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ..
     e = dict(os.environ if env is None else env)
     e["VALGRIND_LIB"] = tool.lib_dir
     e.setdefault("NUMBA_CPU_NAME", DEFAULT_NUMBA_CPU)
+    hook = out_dir / "pyhook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(_PY_HOOK)
+    e["PYTHONPATH"] = str(hook) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e["PMAC_VG_DIR"] = str(out_dir)
     i = _program_index(argv)
     if i > 0:  # MPI: preload the shim for burst marks, wrap the program
         from .mpi import mpi_env
@@ -383,8 +470,8 @@ def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ..
     if not files:
         tail = " | ".join(err.strip().splitlines()[-3:])
         raise InputError(f"the memory tracer wrote nothing (exit code {rc}): {tail or 'no message'}")
-    return ToolRun(files=files, streams={r: s for r, s in streams.items() if r in files}, returncode=rc,
-                   wall_s=wall, stderr=err)
+    return ToolRun(files=files, streams={r: s for r, s in streams.items() if r in files},
+                   jit_symbols=read_jit_symbols(out_dir), returncode=rc, wall_s=wall, stderr=err)
 
 
 def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = None,

@@ -232,3 +232,36 @@ def test_forked_child_leaves_the_parents_files_intact(tmp_path, cache):
     o = read_tool_output(run.files[0])   # neither truncated nor mixed with the child's accesses
     assert run.returncode == 0 and o.bursts[0, 1] >= 100000 and o.bursts[0, 2] >= 100000
     assert len(o.words) == 1 + o.bursts[0, 14]  # burst marker + the parent's sampled accesses
+
+
+def test_numba_entry_points_name_jit_blocks(tmp_path):
+    """The sitecustomize hook writes numba entry points; anonymous 64-byte blocks map to them."""
+    import os
+    import sys
+
+    from pmac.memtrace import _PY_HOOK, ToolOutput, name_jit_code, read_jit_symbols
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_PY_HOOK)
+    script = tmp_path / "k.py"
+    script.write_text("import numpy as np\nfrom numba import njit\n@njit\ndef kernel(x):\n"
+                      "    return 2.0 * x\nkernel(1.0)\n"
+                      "cres = next(iter(kernel.overloads.values()))\n"
+                      "print(cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name))\n")
+    env = dict(os.environ, PYTHONPATH=str(hook), PMAC_VG_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
+    entry = int(r.stdout.split()[-1])
+    (pid, (addr, names)), = read_jit_symbols(tmp_path).items()
+    assert names.tolist() == ["__main__.kernel"] and addr.tolist() == [entry]
+    block = entry & ~63
+    o = ToolOutput(pid=pid, sample_rate=1.0, mpi={}, burst_seq=np.array([0]), bursts=np.zeros((1, 15), np.uint64),
+                   function=np.array([f"?0x{block:x}", f"?0x{block + 128:x}", f"?0x{block + (2 << 20):x}",
+                                      f"?0x{block:x}", "main"]),
+                   object=np.array(["", "", "", "libfoo.so", "app"]),
+                   functions=np.zeros((5, 15), np.uint64), words=np.zeros(0, np.uint64))
+    n = name_jit_code(o, (addr, names))
+    # the entry block and the next ones belong to kernel; far away, or inside an object: unchanged
+    assert n.function.tolist() == ["__main__.kernel", "__main__.kernel", f"?0x{block + (2 << 20):x}",
+                                   f"?0x{block:x}", "main"]
+    assert n.object.tolist() == ["numba", "numba", "", "libfoo.so", "app"]

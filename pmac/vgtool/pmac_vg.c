@@ -170,12 +170,15 @@ static Counters *fn_counters(Addr a) {
     const HChar *name = NULL, *obj = NULL;
     DiEpoch ep = VG_(current_DiEpoch)();
     HChar nbuf[NAME_LEN], obuf[NAME_LEN];
+    Bool has_obj = VG_(get_objname)(ep, a, &obj) && obj && *obj;
     if (!VG_(get_fnname)(ep, a, &name) || !name || !*name) {
-        /* no symbol (e.g. JIT code): name it by its 4 KiB page */
-        VG_(snprintf)(nbuf, sizeof nbuf, "?0x%lx", (unsigned long)(a & ~(Addr)0xfff));
+        /* no symbol: code of a known object is named by its 4 KiB page; code outside any
+           object (JIT code, e.g. numba) by its 64-byte block, which pmac.memtrace maps to
+           the jitted functions' entry points */
+        VG_(snprintf)(nbuf, sizeof nbuf, "?0x%lx", (unsigned long)(a & ~(Addr)(has_obj ? 0xfff : 0x3f)));
         name = nbuf;
     }
-    if (VG_(get_objname)(ep, a, &obj) && obj) {
+    if (has_obj) {
         const HChar *base = VG_(strrchr)(obj, '/');
         obj = base ? base + 1 : obj;
     } else {
