@@ -2,7 +2,8 @@
  * (blocking MPI_Send/MPI_Recv, batch of `iters` round trips per repetition, one-way time =
  * batch / (2 iters), best of the repetitions), against the same MPI library.
  *
- * Build: mpicc -O3 -march=native -o pingpong pingpong.c   (pingpong.py does this)
+ * Build: mpicc -O3 -march=native -DPINGPONG_LIB -shared -fPIC -o libpingpong.so pingpong.c
+ *        (pingpong.py does this), or without -DPINGPONG_LIB -shared for a standalone program:
  * Run:   mpiexec -n 2 ./pingpong [hugepage 0|1] [reps] SIZE:ITERS ...
  * Prints "SIZE ONE_WAY_SECONDS" per size on rank 0.
  * Buffers: 2 MiB-aligned; with hugepage=1 madvise(MADV_HUGEPAGE), as numpy does for large
@@ -14,6 +15,21 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* One batch of `iters` round trips of `n` bytes; returns seconds. Also built as a shared
+ * library (-DPINGPONG_LIB -shared -fPIC) that pingpong.py calls through ctypes inside the same
+ * MPI processes as the probe's loops, so C and probe alternate repetition by repetition. */
+double pp_c(char *buf, int n, int iters, int first, int peer) {
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++) {
+        if (first) { MPI_Send(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+                     MPI_Recv(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE); }
+        else { MPI_Recv(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+               MPI_Send(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD); }
+    }
+    return MPI_Wtime() - t0;
+}
+
+#ifndef PINGPONG_LIB
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -53,16 +69,8 @@ int main(int argc, char **argv) {
             else { MPI_Recv(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                    MPI_Send(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD); }
         }
-        for (int r = 0; r < reps; r++) {
-            double t0 = MPI_Wtime();
-            for (int i = 0; i < iters; i++) {
-                if (rank == 0) { MPI_Send(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-                                 MPI_Recv(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE); }
-                else { MPI_Recv(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                       MPI_Send(buf, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD); }
-            }
-            t[r] = (MPI_Wtime() - t0) / (2.0 * iters);
-        }
+        for (int r = 0; r < reps; r++)
+            t[r] = pp_c(buf, n, iters, rank == 0, peer) / (2.0 * iters);
         qsort(t, reps, sizeof(double), cmp);
         if (rank == 0) printf("%d %.6e\n", n, t[0]);  /* best repetition (shared machines) */
     }
@@ -71,3 +79,4 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 0;
 }
+#endif
