@@ -149,3 +149,21 @@ def test_calibration_sizes_repetitions_and_skips_slow_sizes():
     assert comm.sent == [True, True, True, False, iters]  # the partner follows the decisions
     assert mod.pingpong_sizes(True)[:3] == [0, 1, 2] and mod.pingpong_sizes(True)[-1] == 16 << 20
     assert len(mod.pingpong_sizes(False)) > len(mod.pingpong_sizes(True))
+
+
+def test_probe_script_stands_alone():
+    """A user copies probes/network.py to a new system: it imports no pmac, and MPI only lazily."""
+    import ast
+
+    from pmac.probe_network import probe_script
+
+    tree = ast.parse(probe_script().read_text())
+    top = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top.add(node.module.split(".")[0])
+    assert top <= {"__future__", "argparse", "json", "os", "sys", "time", "numpy"}, top
+    assert not any(isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("pmac")
+                   for n in ast.walk(tree))
