@@ -60,10 +60,10 @@ def test_parse_rate_and_tbf_arguments():
         E.parse_rate("0mbit")
     with pytest.raises(InputError, match="bytes_per_s"):
         E.parse_rate("3 GHz")
-    # 1 Gbit/s: 1 ms of the rate is 125000 B, below the 128 KiB floor
-    assert E.tbf_arguments(1.25e8) == ["tbf", "rate", "1000000000bit", "burst", "131072", "latency", "50ms"]
-    # 10 Gbit/s: the bucket holds 1 ms
-    assert E.tbf_arguments(1.25e9)[4] == "1250000"
+    # 1 Gbit/s: the bucket holds 1 ms of the rate
+    assert E.tbf_arguments(1.25e8) == ["tbf", "rate", "1000000000bit", "burst", "125000", "latency", "200ms"]
+    # 20 Mbit/s: 1 ms would be 2500 B, below the floor of three frames
+    assert E.tbf_arguments(2.5e6)[4] == "5000"
 
 
 @pytest.mark.requires("netns", "mpi")
@@ -106,7 +106,7 @@ def test_tbf_limit_lowers_bandwidth(emulated_cluster, tmp_path):
         names, t = _pingpong(c, tmp_path, reps=6 if rate == "200mbit" else 10)
         assert names == ["pmacemu-n0", "pmacemu-n1"]
         bw[rate] = (1 << 20) / t
-    # a limited link cannot beat its rate by more than the bucket: 1 MiB / (1 MiB - 128 KiB) = 1.14
+    # a limited link cannot beat its rate by more than the bucket (1 ms of the rate)
     for rate, nominal in (("1gbit", 1.25e8), ("200mbit", 2.5e7)):
         assert 0.5 * nominal < bw[rate] < 1.2 * nominal, (rate, bw)
     assert bw["1gbit"] > 3.0 * bw["200mbit"], bw
@@ -167,7 +167,7 @@ def test_bench_script_runs_and_tears_down_on_sigterm(tmp_path):
 
 def test_variants_and_launchers():
     names = [v.name for v in E.VARIANTS]
-    assert names == ["emu-shm", "emu-tcp", "emu-tcp-1gbit", "emu-tcp-200mbit"]
+    assert names == ["emu-shm", "emu-tcp", "emu-tcp-1gbit", "emu-tcp-200mbit", "emu-tcp-20mbit"]
     assert E.variant("emu-tcp-200mbit").rate_bytes_per_s == 2.5e7
     with pytest.raises(InputError, match="unknown emulated variant 'emu-x'"):
         E.variant("emu-x")
@@ -194,3 +194,29 @@ def test_variant_switch_sets_rates():
         assert "rate 200Mbit" in E.qdisc_of("pmacemu-n1")
         assert "-hosts" not in sw.activate(vs[0]).prefix(2)
     assert E.list_namespaces() == []
+
+
+MACHINES = REPO / "machines"
+
+
+def test_shipped_variant_profiles():
+    """machines/emu-*.yaml (bench/emulated_profiles): sections, sidecars, and rates as set."""
+    from pmac.profile import load_profile, verify_raw
+
+    profs = {}
+    for v in E.VARIANTS:
+        path = MACHINES / f"{v.name}.yaml"
+        p = load_profile(path)
+        verify_raw(p, path)
+        assert p.n_nodes == v.n_nodes and p.network.intra_node is not None
+        assert (p.network.inter_node is not None) == (v.transport == "tcp")
+        profs[v.name] = p
+    inter = {n: p.network.inter_node.bandwidth_bytes_per_s for n, p in profs.items() if p.network.inter_node}
+    # each tbf rate is what the probe sees for large messages (within the probe's noise)
+    for name in ("emu-tcp-1gbit", "emu-tcp-200mbit", "emu-tcp-20mbit"):
+        nominal = E.variant(name).rate_bytes_per_s
+        assert 0.6 * nominal < inter[name] < 1.3 * nominal, (name, inter[name])
+    assert inter["emu-tcp"] > 2 * inter["emu-tcp-1gbit"]
+    # 1 MiB over the link: the slower the rate, the longer
+    t = {n: float(profs[n].network.inter_node.transfer_time_s(1 << 20)) for n in inter}
+    assert t["emu-tcp"] < t["emu-tcp-1gbit"] < t["emu-tcp-200mbit"] < t["emu-tcp-20mbit"]
