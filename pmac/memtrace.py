@@ -279,7 +279,8 @@ def _pmac_numba_dump():
         rows = []
         for d in gc.get_objects():
             if isinstance(d, Dispatcher):
-                name = getattr(d.py_func, "__module__", "?") + "." + d.py_func.__qualname__
+                f = getattr(d, "py_func", None)
+                name = "%s.%s" % (getattr(f, "__module__", None) or "?", getattr(f, "__qualname__", None) or "?")
                 for cres in list(d.overloads.values()):
                     try:
                         addr = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
