@@ -54,7 +54,11 @@ def capability(what: str) -> str | None:
             return f"ip netns does not work here: {r.stderr.strip()}"
         return None
     if what == "gfortran":
-        return None if shutil.which("gfortran") else "gfortran not installed"
+        if not shutil.which("gfortran"):
+            return "gfortran not installed (bash .ci/system-deps installs it)"
+        if not Path("/usr/lib/x86_64-linux-gnu/openmpi").exists():
+            return "system Open MPI not installed (bash .ci/system-deps installs libopenmpi-dev)"
+        return None
     if what == "shared":
         return None if SHARED.exists() else f"shared reference data not found at {SHARED}"
     return f"unknown capability {what}"
