@@ -154,6 +154,10 @@ def _write_pair(profile: MachineProfile, raw: dict[str, pd.DataFrame], yaml_path
         tmp_yaml = Path(tmp_yaml)
         try:
             save_profile(profile, tmp_yaml)
+            umask = os.umask(0)
+            os.umask(umask)
+            for f in (tmp, tmp_yaml):  # mkstemp makes 0600 files: give them the usual mode
+                os.chmod(f, 0o666 & ~umask)
             blocked = {signal.SIGINT, signal.SIGTERM}
             old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
             try:

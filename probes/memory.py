@@ -90,60 +90,45 @@ def _copy(a, b, sweeps):
 
 # ------------------------------------------------------------------ kernels (all cores)
 
-@njit(cache=True, parallel=True, fastmath=True)
+# Each thread runs the one-core kernel on its own slice: the same vectorised loop as one core
+# (written inline in the prange body, the index arithmetic kept LLVM from vectorising it).
+
+@njit(cache=True, parallel=True)
 def _load_unit_par(a, sweeps, n_threads):
     n = a.size
     out = np.zeros(n_threads)
     for t in prange(n_threads):
-        lo = n * t // n_threads
-        hi = n * (t + 1) // n_threads
-        s = 0.0
-        for _ in range(sweeps):
-            for i in range(lo, hi):
-                s += a[i]
-        out[t] = s
+        out[t] = _load_unit(a[n * t // n_threads:n * (t + 1) // n_threads], sweeps)
     return out.sum()
 
 
-@njit(cache=True, parallel=True, fastmath=True)
+@njit(cache=True, parallel=True)
 def _load_random_par(a, idx, sweeps, n_threads):
     # idx holds, for each slice, a permutation of that slice's own indices
     n = idx.size
     out = np.zeros(n_threads)
     for t in prange(n_threads):
-        lo = n * t // n_threads
-        hi = n * (t + 1) // n_threads
-        s = 0.0
-        for _ in range(sweeps):
-            for i in range(lo, hi):
-                s += a[idx[i]]
-        out[t] = s
+        out[t] = _load_random(a, idx[n * t // n_threads:n * (t + 1) // n_threads], sweeps)
     return out.sum()
 
 
 @njit(cache=True, parallel=True)
 def _store_par(a, sweeps, n_threads):
     n = a.size
+    out = np.zeros(n_threads)
     for t in prange(n_threads):
-        lo = n * t // n_threads
-        hi = n * (t + 1) // n_threads
-        for r in range(sweeps):
-            v = float(r)
-            for i in range(lo, hi):
-                a[i] = v
-    return a[0]
+        out[t] = _store(a[n * t // n_threads:n * (t + 1) // n_threads], sweeps)
+    return out.sum()
 
 
 @njit(cache=True, parallel=True)
 def _copy_par(a, b, sweeps, n_threads):
     n = a.size
+    out = np.zeros(n_threads)
     for t in prange(n_threads):
-        lo = n * t // n_threads
-        hi = n * (t + 1) // n_threads
-        for _ in range(sweeps):
-            for i in range(lo, hi):
-                b[i] = a[i]
-    return b[0]
+        lo, hi = n * t // n_threads, n * (t + 1) // n_threads
+        out[t] = _copy(a[lo:hi], b[lo:hi], sweeps)
+    return out.sum()
 
 
 # ------------------------------------------------------------------ pointer chase
