@@ -124,6 +124,10 @@ class ReplayResult:
     end_s: np.ndarray | None = None
     n_collectives: int = 0
     n_messages: int = 0
+    #: bytes of point-to-point sends posted by each rank, and bytes each rank received
+    #: through matched messages (conservation: equal sums when every message matched)
+    sent_bytes: np.ndarray | None = None
+    received_bytes: np.ndarray | None = None
     options: ReplayOptions = field(default_factory=ReplayOptions)
 
     @property
@@ -581,8 +585,8 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     rank = _col(events, "rank", np.int32)
     seq = _col(events, "seq", np.int64)
     n = rank.size
-    burst = (_col(events, "burst_s", np.float64) if burst_s is None
-             else np.ascontiguousarray(burst_s, dtype=np.float64))
+    # a fresh writable copy: numba compiles read-only arrays (pandas copy-on-write) separately
+    burst = np.array(events["burst_s"] if burst_s is None else burst_s, dtype=np.float64, copy=True)
     if burst.shape != (n,):
         raise InputError(f"burst_s has {burst.size} values for {n} events")
     if n and (not np.all(np.isfinite(burst)) or burst.min() < 0):
@@ -612,7 +616,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     if placement is None:
         node_of_rank = np.zeros(n_ranks, np.int64)
     else:
-        node_of_rank = np.ascontiguousarray(placement, dtype=np.int64)
+        node_of_rank = np.array(placement, dtype=np.int64, copy=True)
         if node_of_rank.shape != (n_ranks,) or (n_ranks and node_of_rank.min() < 0):
             raise InputError(f"placement must give a node >= 0 for each of the {n_ranks} ranks")
     op = cols["op"]
@@ -888,9 +892,13 @@ def replay(events, burst_s=None, placement=None, network: NetworkModel | None = 
     compute = np.bincount(prep.rank, weights=prep.burst, minlength=p) if n else np.zeros(p)
     finish = clock.copy()
     crit = _critical(prep, post_t, cause, finish)
+    snd = np.isin(prep.kind, (K_SEND, K_SENDRECV, K_ISEND)) & (prep.snode >= 0)
+    got = prep.precv >= 0
+    sent = np.bincount(prep.rank[snd], weights=prep.sbytes[snd], minlength=p)
+    received = np.bincount(prep.rank[got], weights=prep.sbytes[prep.precv[got]], minlength=p)
     res = dict(n_ranks=p, n_events=n, finish_s=finish, compute_s=compute, comm_s=comm_out, wait_s=wait_out,
                critical_rank_s=crit, n_collectives=int(prep.inst_off.size - 1), n_messages=prep.n_messages,
-               options=options)
+               options=options, sent_bytes=sent, received_bytes=received)
     if options.timeline:
         res.update(event_rank=prep.rank, event_seq=prep.seq, event_op=prep.op, start_s=post_t[:n].copy(),
                    end_s=end_t[:n].copy())

@@ -1,0 +1,546 @@
+"""pmac.replay: closed forms (exact to 1e-9 relative), protocols, conservation, monotonicity,
+deadlock reports, contention, topologies."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pmac.errors import ReplayError
+from pmac.profile import CollectiveCost, LinkModel, LinkSegment, NetworkModel
+from pmac.replay import ReplayOptions, replay
+from pmac.topology import dragonfly, fat_tree, from_simgrid, routes, star, torus
+from pmac.trace import EVENTS, REQUESTS, Op
+
+REL = 1e-9
+L, B, OS, OR = 1.0e-6, 1.0e9, 2.0e-7, 3.0e-7
+
+
+def link(lat=L, bw=B, eager=65536, os_=OS, or_=OR, **kw):
+    return LinkModel(latency_s=lat, bandwidth_bytes_per_s=bw, eager_threshold_bytes=eager, send_overhead_s=os_,
+                     recv_overhead_s=or_, **kw)
+
+
+def net1(**kw):
+    return NetworkModel(intra_node=link(**kw), inter_node=link(**kw))
+
+
+DEFAULTS = dict(t_start_s=0.0, t_end_s=0.0, burst_s=0.0, comm=0, dest=-1, source=-1, send_tag=0, recv_tag=0,
+                send_bytes=0, recv_bytes=0, root=-1, request=-1, req_offset=-1, n_requests=0, new_comm=-1)
+
+
+class Trace:
+    """Builds events (seq numbered per rank) and the requests table."""
+
+    def __init__(self, n_ranks):
+        self.n = n_ranks
+        self.rows = []
+        self.reqs = []
+        self.seq = [0] * n_ranks
+        self.next_req = [1] * n_ranks
+
+    def add(self, rank, op, **kw):
+        d = dict(DEFAULTS)
+        d.update(kw)
+        d.update(rank=rank, seq=self.seq[rank], op=int(op))
+        self.seq[rank] += 1
+        self.rows.append(d)
+        return d
+
+    def isend(self, rank, dest, m, tag=0, **kw):
+        h = self.next_req[rank]
+        self.next_req[rank] += 1
+        self.add(rank, kw.pop("op", Op.ISEND), dest=dest, send_bytes=m, send_tag=tag, request=h, **kw)
+        return h
+
+    def irecv(self, rank, src, m, tag=0, **kw):
+        h = self.next_req[rank]
+        self.next_req[rank] += 1
+        self.add(rank, Op.IRECV, source=src, recv_bytes=m, recv_tag=tag, request=h, **kw)
+        return h
+
+    def waitall(self, rank, handles, op=Op.WAITALL, completed=None, **kw):
+        off = len(self.reqs)
+        for i, h in enumerate(handles):
+            c = 1 if completed is None else completed[i]
+            self.reqs.append(dict(rank=rank, request=h, completed=c, source=-1, recv_bytes=0))
+        self.add(rank, op, req_offset=off, n_requests=len(handles), **kw)
+
+    def coll(self, op, m=0, root=-1, burst=None, **kw):
+        for r in range(self.n):
+            b = 0.0 if burst is None else burst[r]
+            sb, rb = m, m
+            if op == Op.BCAST:
+                sb, rb = (m, 0) if r == root else (0, m)
+            self.add(r, op, send_bytes=sb, recv_bytes=rb, root=root, burst_s=b, **kw)
+
+    def events(self):
+        df = pd.DataFrame(self.rows, columns=list(EVENTS.names))
+        return EVENTS.coerce(df)
+
+    def requests(self):
+        if not self.reqs:
+            return REQUESTS.empty()
+        return REQUESTS.coerce(pd.DataFrame(self.reqs, columns=list(REQUESTS.names)))
+
+    def run(self, network=None, placement=None, **opts):
+        return replay(self.events(), None, placement, network or net1(), ReplayOptions(**opts),
+                      requests=self.requests(), n_ranks=self.n)
+
+
+def approx(x):
+    return pytest.approx(x, rel=REL, abs=1e-18)
+
+
+def check_split(res):
+    np.testing.assert_allclose(res.compute_s + res.comm_s + res.wait_s, res.finish_s, rtol=1e-12, atol=1e-18)
+    assert res.critical_rank_s.sum() == approx(res.makespan_s)
+
+
+# ------------------------------------------------------------------ closed forms
+
+@pytest.mark.parametrize("m", [0, 1000, 65536])
+def test_pingpong_eager(m):
+    n = 5
+    t = Trace(2)
+    for _ in range(n):
+        t.add(0, Op.SEND, dest=1, send_bytes=m)
+        t.add(0, Op.RECV, source=1, recv_bytes=m)
+        t.add(1, Op.RECV, source=0, recv_bytes=m)
+        t.add(1, Op.SEND, dest=0, send_bytes=m)
+    res = t.run()
+    assert res.finish_s[0] == approx(2 * n * (OS + L + m / B + OR))
+    # rank 1 ends with an eager send: o_s after its last receive
+    assert res.finish_s[1] == approx((2 * n - 1) * (OS + L + m / B + OR) + OS)
+    check_split(res)
+
+
+def test_pingpong_rendezvous_and_segments():
+    """Above the eager threshold each one-way trip pays the RTS/CTS round trip (2 W(0))."""
+    n, m = 3, 200_000
+    segs = (LinkSegment(min_bytes=0, max_bytes=4096, latency_s=1e-6, bandwidth_bytes_per_s=2e9),
+            LinkSegment(min_bytes=4096, max_bytes=1e12, latency_s=3e-6, bandwidth_bytes_per_s=1e9))
+    t = Trace(2)
+    for _ in range(n):
+        t.add(0, Op.SEND, dest=1, send_bytes=m)
+        t.add(0, Op.RECV, source=1, recv_bytes=m)
+        t.add(1, Op.RECV, source=0, recv_bytes=m)
+        t.add(1, Op.SEND, dest=0, send_bytes=m)
+    net = net1(segments=segs)
+    w0, wm = 1e-6, 3e-6 + m / 1e9
+    res = t.run(net)
+    assert res.finish_s[0] == approx(2 * n * (OS + 2 * w0 + wm + OR))
+    res = t.run(net, rendezvous_handshake=False)
+    assert res.finish_s[0] == approx(2 * n * (OS + wm + OR))
+
+
+def test_eager_vs_rendezvous_late_receiver():
+    """A late receiver: an eager sender leaves after o_s; a rendezvous sender waits for it."""
+    x, m = 1e-3, 1000
+    for eager, expect0 in ((65536, OS), (100, x + L + L + m / B)):
+        t = Trace(2)
+        t.add(0, Op.SEND, dest=1, send_bytes=m)
+        t.add(1, Op.RECV, source=0, recv_bytes=m, burst_s=x)
+        res = t.run(net1(eager=eager))
+        assert res.finish_s[0] == approx(expect0)
+        arrival = OS + L + m / B if eager > m else expect0
+        assert res.finish_s[1] == approx(max(x, arrival) + OR)
+        check_split(res)
+    # rendezvous: the sender's time past the receiver's post is communication, before it waiting
+    assert res.wait_s[0] == approx(x)
+    # Ssend is rendezvous whatever the size; Bsend eager whatever the size
+    t = Trace(2)
+    t.add(0, Op.SSEND, dest=1, send_bytes=10)
+    t.add(1, Op.RECV, source=0, recv_bytes=10, burst_s=x)
+    assert t.run().finish_s[0] == approx(x + L + L + 10 / B)
+    t = Trace(2)
+    t.add(0, Op.BSEND, dest=1, send_bytes=10**6)
+    t.add(1, Op.RECV, source=0, recv_bytes=10**6, burst_s=x)
+    assert t.run().finish_s[0] == approx(OS)
+
+
+def test_eager_not_buffered_starts_at_receive():
+    """SimGrid's default: even small data moves only once the receive is posted."""
+    x, m = 1e-3, 1000
+    t = Trace(2)
+    t.add(0, Op.SEND, dest=1, send_bytes=m)
+    t.add(1, Op.RECV, source=0, recv_bytes=m, burst_s=x)
+    res = t.run(eager_buffered=False)
+    assert res.finish_s[1] == approx(x + L + m / B + OR)
+
+
+def test_ring_shift_homogeneous_and_mixed_placement():
+    p, k, m = 6, 4, 4096
+    t = Trace(p)
+    for _ in range(k):
+        for r in range(p):
+            t.add(r, Op.SENDRECV, dest=(r + 1) % p, source=(r - 1) % p, send_bytes=m, recv_bytes=m)
+    res = t.run()
+    np.testing.assert_allclose(res.finish_s, k * (OS + L + m / B + OR), rtol=REL)
+    check_split(res)
+    # one round on two nodes: 0,1,2 | 3,4,5; intra and inter links differ
+    intra = link(lat=0.5e-6, bw=5e9, os_=1e-7, or_=1e-7)
+    inter = link(lat=2e-6, bw=1e9, os_=4e-7, or_=5e-7)
+    t = Trace(p)
+    for r in range(p):
+        t.add(r, Op.SENDRECV, dest=(r + 1) % p, source=(r - 1) % p, send_bytes=m, recv_bytes=m)
+    place = np.array([0, 0, 0, 1, 1, 1])
+    res = t.run(NetworkModel(intra_node=intra, inter_node=inter), place)
+    for r in range(p):
+        src = (r - 1) % p
+        lk = intra if place[src] == place[r] else inter
+        recv_done = lk.send_overhead_s + lk.latency_s + m / lk.bandwidth_bytes_per_s + lk.recv_overhead_s
+        sk = intra if place[(r + 1) % p] == place[r] else inter
+        assert res.finish_s[r] == approx(max(sk.send_overhead_s, recv_done)), r
+
+
+def test_nonblocking_halo_waitall():
+    """Irecv/Isend/Waitall ring in both directions, one step: each rank ends at o_s*2 + W + o_r
+    (its second isend posts at o_s; the message from the neighbour's second isend arrives at
+    2 o_s + W)."""
+    p, m = 4, 2048
+    t = Trace(p)
+    for r in range(p):
+        a = t.irecv(r, (r - 1) % p, m, tag=1)
+        b = t.irecv(r, (r + 1) % p, m, tag=2)
+        c = t.isend(r, (r + 1) % p, m, tag=1)
+        d = t.isend(r, (r - 1) % p, m, tag=2)
+        t.waitall(r, [a, b, c, d])
+    res = t.run()
+    np.testing.assert_allclose(res.finish_s, 2 * OS + L + m / B + OR, rtol=REL)
+    check_split(res)
+
+
+def test_waitany_and_tests_use_completed_flags():
+    """Only requests the trace says completed count; an unsuccessful test costs nothing."""
+    x, m = 1e-3, 100
+    t = Trace(3)
+    a = t.irecv(0, 1, m)
+    b = t.irecv(0, 2, m)
+    t.waitall(0, [a, b], op=Op.TESTSOME, completed=[0, 0])     # nothing yet
+    t.waitall(0, [a, b], op=Op.WAITANY, completed=[1, 0])      # the fast one
+    t.waitall(0, [b], op=Op.WAIT)
+    t.add(1, Op.SEND, dest=0, send_bytes=m)
+    t.add(2, Op.SEND, dest=0, send_bytes=m, burst_s=x)
+    t.timeline = True
+    res = replay(t.events(), None, None, net1(), ReplayOptions(timeline=True), requests=t.requests(), n_ranks=3)
+    ends = res.end_s[res.event_rank == 0]
+    assert ends[2] == approx(0.0)
+    assert ends[3] == approx(OS + L + m / B + OR)
+    assert ends[4] == approx(x + OS + L + m / B + OR)
+    assert list(res.event_seq[res.event_rank == 0]) == [0, 1, 2, 3, 4]
+
+
+def test_any_source_matches_status_source_and_tags_in_order():
+    """Receives match in posting order per (source, tag); a wildcard tag matches in send order."""
+    t = Trace(3)
+    t.add(1, Op.SEND, dest=0, send_bytes=10, send_tag=5)
+    t.add(1, Op.SEND, dest=0, send_bytes=20, send_tag=6, burst_s=1e-3)
+    t.add(0, Op.RECV, source=1, recv_bytes=20, recv_tag=6)  # the later message (tag 6)
+    t.add(0, Op.RECV, source=1, recv_bytes=10, recv_tag=5)
+    t.add(2, Op.SEND, dest=0, send_bytes=30, send_tag=0)
+    t.add(0, Op.RECV, source=2, recv_bytes=30, recv_tag=-1)  # MPI_ANY_TAG
+    res = t.run()
+    w = lambda m: L + m / B  # noqa: E731
+    r0 = OS + 1e-3 + OS + w(20) + OR      # waits for tag 6, sent 1 ms after the first send
+    r1 = max(r0, OS + w(10)) + OR          # tag 5 arrived long ago
+    r2 = max(r1, OS + w(30)) + OR
+    assert res.finish_s[0] == approx(r2)
+    assert res.n_messages == 3
+    t = Trace(2)
+    t.add(0, Op.RECV, source=-2, recv_bytes=8)
+    t.add(1, Op.SEND, dest=0, send_bytes=8)
+    with pytest.raises(ReplayError, match=r"rank 0 RECV \(seq 0\): receive from MPI_ANY_SOURCE"):
+        t.run()
+
+
+def binomial_bcast_expected(p, root, m, os_=OS, or_=OR, w=None):
+    w = L + m / B if w is None else w
+    done = {0: 0.0}
+    out = {}
+    for vr in range(p):
+        tcur = done[vr]
+        mask = 1
+        while mask < p and not vr & mask:
+            mask <<= 1
+        mask >>= 1
+        while mask > 0:
+            c = vr + mask
+            if c < p:
+                done[c] = tcur + os_ + w + or_
+                tcur += os_
+            mask >>= 1
+        out[(vr + root) % p] = tcur
+    return np.array([out[r] for r in range(p)])
+
+
+@pytest.mark.parametrize("p,root", [(8, 0), (8, 3), (5, 2), (2, 1)])
+def test_binomial_broadcast(p, root):
+    m = 1024
+    t = Trace(p)
+    t.coll(Op.BCAST, m, root=root)
+    res = t.run()
+    np.testing.assert_allclose(res.finish_s, binomial_bcast_expected(p, root, m), rtol=REL)
+    # pure latency: the deepest leaf is max popcount(1..P-1) hops away (log2 P for a power of two)
+    res = t.run(net1(os_=0, or_=0))
+    depth = max(bin(v).count("1") for v in range(1, p))
+    assert res.makespan_s == approx(depth * (L + m / B))
+    check_split(res)
+
+
+def test_allreduce_recursive_doubling_and_rabenseifner():
+    c = OS + L + OR
+    t = Trace(4)
+    t.coll(Op.ALLREDUCE, 64)
+    res = t.run()
+    np.testing.assert_allclose(res.finish_s, 2 * (c + 64 / B), rtol=REL)
+    # 3 ranks: fold rank 0 into 1, exchange 1<->2, unfold back to 0
+    t = Trace(3)
+    t.coll(Op.ALLREDUCE, 64)
+    res = t.run()
+    w = L + 64 / B
+    t1 = OS + w + OR                       # rank 1 after the fold
+    t1b = max(t1 + OS, max(t1, OS + w) + OR)   # rank 1 after the exchange with rank 2 (posted at 0)
+    t2 = max(OS, max(0.0, t1 + OS + w) + OR)
+    expect = [t1b + OS + w + OR, t1b + OS, t2]
+    np.testing.assert_allclose(res.finish_s, expect, rtol=REL)
+    # large: Rabenseifner, all rendezvous (threshold 100 bytes): 4 exchange rounds of m/2, m/4, m/4, m/2
+    m = 1 << 20
+    t = Trace(4)
+    t.coll(Op.ALLREDUCE, m)
+    res = t.run(net1(eager=100))
+    np.testing.assert_allclose(res.finish_s, 4 * (OS + 3 * L + OR) + 1.5 * m / B, rtol=REL)
+
+
+def test_barrier_dissemination_and_measured_collectives():
+    p = 5
+    t = Trace(p)
+    t.coll(Op.BARRIER, burst=[0, 0, 0, 0, 1e-3])
+    res = t.run()
+    # 3 rounds; the late rank 4 reaches everyone within the rounds
+    assert res.makespan_s > 1e-3 + (OS + L + OR)
+    assert res.makespan_s <= 1e-3 + 3 * (OS + L + OR) * (1 + REL)
+    coll = (CollectiveCost(op="barrier", msg_bytes=0, n_ranks=5, time_s=7e-6),
+            CollectiveCost(op="allreduce", msg_bytes=8, n_ranks=5, time_s=1e-5),
+            CollectiveCost(op="allreduce", msg_bytes=1024, n_ranks=5, time_s=3e-5))
+    net = dataclasses.replace(net1(), collectives=coll)
+    res = t.run(net, measured_collectives=True)
+    np.testing.assert_allclose(res.finish_s, 1e-3 + 7e-6, rtol=REL)
+    assert res.wait_s[0] == approx(1e-3)
+    t = Trace(p)
+    t.coll(Op.ALLREDUCE, 516)
+    res = t.run(net, measured_collectives=True)
+    np.testing.assert_allclose(res.finish_s, 2e-5, rtol=REL)   # linear between 8 and 1024 bytes
+    t = Trace(p)
+    t.coll(Op.ALLREDUCE, 4096)   # outside the measured sizes: the algorithm prices it
+    assert t.run(net, measured_collectives=True).makespan_s == approx(t.run(net).makespan_s)
+
+
+def test_collectives_all_ops_run_and_are_symmetric_in_time():
+    """Every collective runs; a larger message never makes it faster."""
+    p = 6
+    for op in (Op.BARRIER, Op.BCAST, Op.REDUCE, Op.ALLREDUCE, Op.GATHER, Op.SCATTER, Op.ALLGATHER, Op.ALLTOALL,
+               Op.REDUCE_SCATTER, Op.SCAN, Op.EXSCAN, Op.ALLGATHERV, Op.ALLTOALLV, Op.GATHERV, Op.SCATTERV):
+        prev = 0.0
+        for m in (8, 4096, 1 << 20):
+            t = Trace(p)
+            t.coll(op, m, root=0)
+            res = t.run()
+            check_split(res)
+            assert res.makespan_s >= prev * (1 - REL), (op, m)
+            prev = res.makespan_s
+
+
+def test_nonblocking_collective_overlaps_compute():
+    p, x = 4, 1e-3
+    t = Trace(p)
+    for r in range(p):
+        t.add(r, Op.IALLREDUCE, send_bytes=64, recv_bytes=64, request=1)
+        t.waitall(r, [1], op=Op.WAIT, burst_s=x)
+    res = t.run()
+    np.testing.assert_allclose(res.finish_s, x, rtol=REL)   # the allreduce hid behind the compute
+    np.testing.assert_allclose(res.compute_s, x)
+
+
+def test_subcommunicator_collective():
+    p = 4
+    t = Trace(p)
+    comms = pd.DataFrame({"comm": [0, 0, 0, 0, 1, 1], "local_rank": [0, 1, 2, 3, 0, 1],
+                          "world_rank": [0, 1, 2, 3, 3, 1]})
+    for r in (1, 3):
+        t.add(r, Op.BCAST, comm=1, root=3, send_bytes=100 if r == 3 else 0, recv_bytes=0 if r == 3 else 100)
+    res = replay(t.events(), None, None, net1(), requests=t.requests(), comms=comms, n_ranks=p)
+    assert res.finish_s[1] == approx(OS + L + 100 / B + OR)
+    assert res.finish_s[3] == approx(OS)
+    assert res.finish_s[0] == 0.0
+
+
+# ------------------------------------------------------------------ properties
+
+def random_trace(rng, p, n_steps):
+    t = Trace(p)
+    for _ in range(n_steps):
+        kind = rng.integers(0, 4)
+        burst = rng.uniform(0, 1e-5, p)
+        if kind == 0:   # random permutation exchange with isend/irecv
+            perm = rng.permutation(p)
+            m = int(rng.choice([8, 1000, 100_000]))
+            for r in range(p):
+                a = t.irecv(r, int(np.flatnonzero(perm == r)[0]), m, burst_s=burst[r])
+                b = t.isend(r, int(perm[r]), m)
+                t.waitall(r, [a, b])
+        elif kind == 1:
+            sh = int(rng.integers(1, p))
+            m = int(rng.choice([16, 70_000]))
+            for r in range(p):
+                t.add(r, Op.SENDRECV, dest=(r + sh) % p, source=(r - sh) % p, send_bytes=m, recv_bytes=m,
+                      burst_s=burst[r])
+        elif kind == 2:
+            t.coll(int(rng.choice([Op.ALLREDUCE, Op.BCAST, Op.ALLTOALL, Op.BARRIER])), int(rng.choice([8, 50_000])),
+                   root=int(rng.integers(0, p)), burst=burst)
+        else:   # pairs with blocking send/recv in safe order
+            for r in range(0, p - 1, 2):
+                m = int(rng.choice([8, 200_000]))
+                t.add(r, Op.SEND, dest=r + 1, send_bytes=m, burst_s=burst[r])
+                t.add(r + 1, Op.RECV, source=r, recv_bytes=m, burst_s=burst[r + 1])
+    return t
+
+
+def test_conservation_and_monotonicity_random_traces():
+    rng = np.random.default_rng(7)
+    fast = NetworkModel(intra_node=link(lat=0.5e-6, bw=8e9), inter_node=link(lat=2e-6, bw=2e9))
+    slower = [NetworkModel(intra_node=link(lat=0.5e-6, bw=8e9), inter_node=link(lat=4e-6, bw=2e9)),
+              NetworkModel(intra_node=link(lat=0.5e-6, bw=4e9), inter_node=link(lat=2e-6, bw=1e9)),
+              NetworkModel(intra_node=link(lat=0.5e-6, bw=8e9, os_=1e-6), inter_node=link(lat=2e-6, bw=2e9,
+                                                                                          or_=2e-6))]
+    for trial in range(12):
+        p = int(rng.integers(2, 9))
+        t = random_trace(rng, p, 6)
+        place = np.arange(p) // 2
+        res = t.run(fast, place)
+        check_split(res)
+        ev = t.events()
+        sent = ev.send_bytes[ev.op.isin([Op.ISEND, Op.SEND, Op.SENDRECV])].sum()
+        recv = ev.recv_bytes[ev.op.isin([Op.IRECV, Op.RECV, Op.SENDRECV])].sum()
+        assert res.sent_bytes.sum() == sent == recv == res.received_bytes.sum()
+        assert res.n_messages == int(ev.op.isin([Op.ISEND, Op.SEND, Op.SENDRECV]).sum())
+        for slow in slower:
+            rs = t.run(slow, place)
+            assert np.all(rs.finish_s >= res.finish_s * (1 - 1e-12)), trial
+        # the order of processing does not change an uncontended replay
+        topo = star(p, bandwidth_bytes_per_s=1e30)
+        rc = t.run(fast, np.arange(p), contention=True, topology=topo)
+        rn = t.run(fast, np.arange(p))
+        np.testing.assert_allclose(rc.finish_s, rn.finish_s, rtol=1e-12)
+
+
+# ------------------------------------------------------------------ deadlocks
+
+def test_deadlock_names_ranks_and_calls():
+    t = Trace(2)
+    t.add(0, Op.RECV, source=1, recv_bytes=8)
+    t.add(0, Op.SEND, dest=1, send_bytes=8)
+    t.add(1, Op.RECV, source=0, recv_bytes=8)
+    t.add(1, Op.SEND, dest=0, send_bytes=8)
+    with pytest.raises(ReplayError) as ei:
+        t.run()
+    assert str(ei.value) == ("deadlock: 2 rank(s) blocked: rank 0 in RECV (seq 0) waiting for rank 1 SEND (seq 1); "
+                             "rank 1 in RECV (seq 0) waiting for rank 0 SEND (seq 1)")
+    # large messages both sending first: rendezvous deadlock (eager would pass)
+    t = Trace(2)
+    for r in (0, 1):
+        t.add(r, Op.SEND, dest=1 - r, send_bytes=10**6)
+        t.add(r, Op.RECV, source=1 - r, recv_bytes=10**6)
+    with pytest.raises(ReplayError, match=r"rank 0 in SEND \(seq 0\) waiting for rank 1 RECV \(seq 1\)"):
+        t.run()
+    assert t.run(net1(eager=10**7)).makespan_s > 0
+    # a receive nobody sends to, and a collective one rank skips
+    t = Trace(3)
+    t.add(0, Op.RECV, source=2, recv_bytes=8)
+    t.add(1, Op.BARRIER)
+    t.add(2, Op.BARRIER)
+    with pytest.raises(ReplayError) as ei:
+        t.run()
+    msg = str(ei.value)
+    assert "rank 0 in RECV (seq 0): no matching send from rank 2" in msg
+    assert "rank 1 in BARRIER (seq 0) waiting for 1 member(s) of the collective" in msg
+
+
+def test_collective_mismatch():
+    t = Trace(2)
+    t.add(0, Op.BCAST, root=0, send_bytes=8)
+    t.add(1, Op.REDUCE, root=0, send_bytes=8)
+    with pytest.raises(ReplayError, match="collective mismatch on communicator 0"):
+        t.run()
+
+
+# ------------------------------------------------------------------ contention and topologies
+
+def test_two_flows_on_one_link_take_longer():
+    m = 10**6
+    hb = 1e9   # host link bandwidth (the shared link into host 2)
+    topo = star(3, bandwidth_bytes_per_s=hb, latency_s=0.0)
+
+    def trace(senders):
+        t = Trace(3)
+        hs = [t.irecv(2, s, m) for s in senders]
+        t.waitall(2, hs)
+        for s in senders:
+            t.add(s, Op.SEND, dest=2, send_bytes=m)
+        return t
+
+    net = net1(eager=10**7)
+    one = trace([0]).run(net, np.arange(3), contention=True, topology=topo)
+    assert one.finish_s[2] == approx(OS + L + m / B + OR)   # alone: the uncontended time
+    two = trace([0, 1]).run(net, np.arange(3), contention=True, topology=topo)
+    assert two.finish_s[2] == approx(OS + m / hb + L + m / B + OR)   # the second waits for the first
+    free = trace([0, 1]).run(net, np.arange(3))
+    assert free.finish_s[2] == approx(OS + L + m / B + OR)
+    # the same two flows into different hosts do not interfere
+    t = Trace(4)
+    t.add(0, Op.SEND, dest=2, send_bytes=m)
+    t.add(1, Op.SEND, dest=3, send_bytes=m)
+    t.add(2, Op.RECV, source=0, recv_bytes=m)
+    t.add(3, Op.RECV, source=1, recv_bytes=m)
+    res = t.run(net, np.arange(4), contention=True, topology=star(4, bandwidth_bytes_per_s=hb))
+    np.testing.assert_allclose(res.finish_s[2:], OS + L + m / B + OR, rtol=REL)
+
+
+def test_route_timing_uses_route_latency_and_bottleneck():
+    topo = star(2, bandwidth_bytes_per_s=1e8, latency_s=5e-6)
+    t = Trace(2)
+    t.add(0, Op.SEND, dest=1, send_bytes=1000)
+    t.add(1, Op.RECV, source=0, recv_bytes=1000)
+    res = t.run(net1(), np.arange(2), route_timing=True, topology=topo)
+    assert res.finish_s[1] == approx(OS + 2 * 5e-6 + 1000 / 1e8 + OR)
+
+
+def test_topology_generators():
+    ft = fat_tree(64, hosts_per_leaf=16, n_spines=4, bandwidth_bytes_per_s=1e10)
+    rt = routes(ft)
+    hops = np.diff(rt.route_off).reshape(64, 64)
+    assert hops[0, 1] == 2 and hops[0, 16] == 4 and hops[0, 0] == 0
+    tor = torus((4, 4), bandwidth_bytes_per_s=1e10)
+    hops = np.diff(routes(tor).route_off).reshape(16, 16)
+    assert hops.max() == 2 + 4   # host links + at most 2 hops per dimension
+    df = dragonfly(3, 2, 2, bandwidth_bytes_per_s=1e10)
+    assert df.n_hosts == 12
+    assert np.diff(routes(df).route_off).max() <= 2 + 3
+
+
+@pytest.mark.requires("shared")
+def test_simgrid_platforms_import(shared_dir):
+    plat = shared_dir / "data/simgrid/examples/platforms"
+    small = from_simgrid(plat / "small_platform.xml")
+    assert small.hosts[:3] == ("Tremblay", "Jupiter", "Fafard") and small.n_hosts == 7
+    rt = routes(small)
+    k = 0 * 7 + 1  # Tremblay -> Jupiter: links 9 (7.20975MBps, 1.461517ms)
+    assert rt.route_lat_s[k] == approx(1.461517e-3)
+    assert 1 / rt.route_inv_bw[k] == approx(7.20975e6)
+    ft = from_simgrid(plat / "cluster_fat_tree.xml")
+    assert ft.n_hosts == 16 and ft.hosts[0] == "node-0.simgrid.org"
+    tor = from_simgrid(plat / "cluster_torus.xml")
+    assert tor.n_hosts == 12
