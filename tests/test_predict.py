@@ -126,3 +126,13 @@ def test_cli_errors(files, capsys):
     assert main(["predict", str(files / "sigs" / "pp"), str(files / "nonet.yaml")]) == 2
     err = capsys.readouterr().err
     assert "no machine has the sections" in err
+
+
+def test_contention_uses_a_star_without_topology():
+    sig = pingpong_signature(n_iter=2, msg_bytes=100_000)
+    prof = two_level_profile()
+    plain = pp.predict(sig, [prof], burst_source="measured", ranks_per_node=1)
+    cont = pp.predict(sig, [prof], burst_source="measured", ranks_per_node=1, contention=True)
+    # one flow at a time: contention changes nothing, and says which topology it used
+    assert cont.summary.iloc[0].total_s == pytest.approx(plain.summary.iloc[0].total_s, rel=1e-12)
+    assert any("star" in n for n in cont.notes)
