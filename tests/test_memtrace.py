@@ -164,8 +164,12 @@ def test_streamed_histograms_equal_the_file_ones(kernels, tmp_path):
     assert a.words.size == 0 and b.hists is None
     from pmac.reuse import burst_histograms
 
+    # Two separate runs of the program: its start-up (dynamic loader, environment on the stack)
+    # can differ by a few sampled accesses between runs (seen: 1 of ~14,000 in bin 0), so the
+    # histograms agree to a few sampled accesses, not bit for bit.
     for lb in (32, 256):
-        np.testing.assert_array_equal(a.hists[lb], burst_histograms(b.words, len(b.burst_seq), lb, 4.0))
+        np.testing.assert_allclose(a.hists[lb], burst_histograms(b.words, len(b.burst_seq), lb, 4.0),
+                                   rtol=1e-3, atol=8.0)
     # the signature taken by trace_memory (streamed, rate 1) has every load of burst 1
     r = sig.memory["reuse"]
     assert r[(r["seq"] == 1) & (r["line_bytes"] == 64) & (r["access"] == 0)]["count"].sum() == \
