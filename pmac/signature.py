@@ -120,7 +120,7 @@ def save_signature(sig: Signature, folder: str | Path) -> Path:
                 EVENT_TABLES)
     if sig.memory:
         mf = header.memory_file or MEMORY_FILE
-        save_tables(folder / mf, sig.memory, MEMORY_TABLES)
+        save_tables(folder / mf, sig.memory, MEMORY_TABLES, compress=True)
         header = dataclasses.replace(header, memory_file=mf)
     save_document(folder / HEADER_FILE, KIND, to_dict(header))
     return folder

@@ -44,17 +44,44 @@ class TableSpec:
         return pd.DataFrame({c: np.asarray(df[c].to_numpy(), dtype=d) for c, d in self.columns})
 
 
-def save_tables(path: str | Path, tables: dict[str, pd.DataFrame], specs: dict[str, TableSpec]) -> None:
-    """Write tables atomically to one .npz (uncompressed: loading speed matters more)."""
+#: Suffixes of a dictionary-encoded string column: int32 codes into a table of distinct values.
+CODES, VALUES = "#codes", "#values"
+
+
+def save_tables(path: str | Path, tables: dict[str, pd.DataFrame], specs: dict[str, TableSpec], *,
+                compress: bool = False) -> None:
+    """Write tables atomically to one .npz.
+
+    String columns are stored dictionary-encoded (a fixed-width ``U64`` column of a million rows
+    would take 256 MB; its few distinct values take almost nothing) and decoded on load, so readers
+    see the declared dtype. ``compress`` zips the arrays (for bulky tables loaded once, such as
+    memory signatures); by default they are stored plainly, since loading speed matters more.
+    """
     arrays = {}
     for name, df in tables.items():
         spec = specs[name]
         df = spec.coerce(df)
         for col, dtype in spec.columns:
-            arrays[f"{name}/{col}"] = np.ascontiguousarray(df[col].to_numpy(), dtype=dtype)
+            arr = np.ascontiguousarray(df[col].to_numpy(), dtype=dtype)
+            if arr.dtype.kind == "U":
+                values, codes = np.unique(arr, return_inverse=True)
+                arrays[f"{name}/{col}{CODES}"] = codes.astype(np.int32)
+                arrays[f"{name}/{col}{VALUES}"] = values.astype(dtype)
+            else:
+                arrays[f"{name}/{col}"] = arr
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    (np.savez_compressed if compress else np.savez)(buf, **arrays)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def _column(npz, name: str, col: str, keys: set[str]) -> np.ndarray:
+    key = f"{name}/{col}"
+    if key in keys:
+        return npz[key]
+    codes, values = npz[key + CODES], npz[key + VALUES]
+    if len(codes) and (codes.min() < 0 or codes.max() >= len(values)):
+        raise ValueError(f"codes outside the {len(values)} stored values")
+    return values[codes]
 
 
 def load_tables(path: str | Path, specs: dict[str, TableSpec], *, required: tuple[str, ...] = ()) -> dict[str, pd.DataFrame]:
@@ -70,7 +97,8 @@ def load_tables(path: str | Path, specs: dict[str, TableSpec], *, required: tupl
         keys = set(npz.files)
         out: dict[str, pd.DataFrame] = {}
         for name, spec in specs.items():
-            present = {k.split("/", 1)[1] for k in keys if k.startswith(name + "/")}
+            present = {k.split("/", 1)[1].removesuffix(CODES) for k in keys
+                       if k.startswith(name + "/") and not k.endswith(VALUES)}
             if not present:
                 if name in required:
                     raise InputError(f"table '{name}' missing", path=path)
@@ -85,8 +113,8 @@ def load_tables(path: str | Path, specs: dict[str, TableSpec], *, required: tupl
             n = None
             for col, dtype in spec.columns:
                 try:
-                    arr = npz[f"{name}/{col}"]
-                except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+                    arr = _column(npz, name, col, keys)
+                except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as exc:
                     raise InputError(f"table '{name}' column '{col}' unreadable ({exc})", path=path) from None
                 if arr.dtype != np.dtype(dtype):
                     raise InputError(f"table '{name}' column '{col}' has dtype {arr.dtype}, expected {dtype}",
