@@ -29,8 +29,15 @@ their parts cost (``bench/convolve --mapping`` measures both on the probe curve)
 
 **Compute time.** ``t_flop = (flop_scalar / flop_per_s_scalar + flop_simd / flop_per_s_simd)
 * slowdown(dep_distance_mean)`` where the slowdown is ``max(dependency_flop_per_s) /
-dependency_flop_per_s`` interpolated (clamped) at the burst's mean def-use distance, and
-``t_branch = branches * branch_cost_s(branch_miss_frac)`` interpolated on the branch probe.
+dependency_flop_per_s`` interpolated (clamped) at the burst's mean def-use distance -- only
+with ``dependency=True``, off by default: the signature's def-use distance is measured to the
+nearest writer *inside* a loop iteration, and chains inside an iteration overlap across
+iterations on an out-of-order core, while the dependency probe's chains are loop-carried. The
+probe kernels show it: ``flop_scalar`` (8 dependent multiply-adds per element, def-use distance
+about 1) runs at the full scalar rate, not at the distance-1 rate of the dependency probe (6x
+lower on devbox). With the slowdown on, every shipped example was over-predicted 2-9x
+(``bench/accuracy --dependency``). Until the tracer separates loop-carried recurrences, the
+dependency probe is kept in the profile but not applied. ``t_branch = branches * branch_cost_s(branch_miss_frac)`` interpolated on the branch probe.
 The scalar share of the flop follows from the instruction counts by width (lanes of doubles).
 ``t_compute = t_flop + t_branch``.
 
@@ -251,8 +258,18 @@ def _plateau(level, kinds, active: int, what: str, machine: str) -> tuple[float,
                               needed_by="convolve")
 
 
-def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: float | None = None) -> MachineCoeffs:
-    """Convolver coefficients of a profile with ``active_cores`` ranks busy on its node."""
+#: apply the dependency probe's slowdown by default? (no: see the module docstring)
+DEPENDENCY_SLOWDOWN = False
+
+
+def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: float | None = None,
+                   dependency: bool | None = None) -> MachineCoeffs:
+    """Convolver coefficients of a profile with ``active_cores`` ranks busy on its node.
+
+    ``dependency``: apply the dependency probe's slowdown (default: :data:`DEPENDENCY_SLOWDOWN`).
+    """
+    if dependency is None:
+        dependency = DEPENDENCY_SLOWDOWN
     profile.require("node", "node.compute", needed_by="convolve")
     node = profile.node
     active = max(1, min(int(active_cores), node.n_cores))
@@ -280,7 +297,7 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
             notes.append(note)
     comp = node.compute
     dep_x, dep_y = (), ()
-    if comp.dependency_distance:
+    if dependency and comp.dependency_distance:
         order = np.argsort(comp.dependency_distance)
         x = np.asarray(comp.dependency_distance, dtype=np.float64)[order]
         y = np.asarray(comp.dependency_flop_per_s, dtype=np.float64)[order]

@@ -46,11 +46,14 @@ def test_dependency_and_branch_probes():
     # dep distance 1.5 -> flop/s interpolated between 1/4 and 1/2 of peak: slowdown 4 + 0.5*(2-4) = 3
     bursts = one_burst({10: 100}, load_bytes=0, fp_scalar=1000, flop=1000.0, branches=200,
                        dep_distance_mean=1.5, branch_miss_frac=0.25)
-    m = machine_coeffs(two_level_profile())
+    m = machine_coeffs(two_level_profile(), dependency=True)
     res = convolve(bursts, [m])
     t_flop = 1000 / 1e9 * 3.0
     t_br = 200 * (1e-9 + 0.5 * 5e-9)   # cost interpolated at miss 0.25 between 1 ns and 6 ns
     assert res.compute_s[0, 0] == pytest.approx(t_flop + t_br, rel=1e-12)
+    # by default the dependency slowdown is not applied (see pmac.convolve): flops at the plain rate
+    res = convolve(bursts, [machine_coeffs(two_level_profile())])
+    assert res.compute_s[0, 0] == pytest.approx(1000 / 1e9 + t_br, rel=1e-12)
 
 
 def test_simd_share_uses_lanes():
