@@ -155,6 +155,8 @@ def ranks_per_node_for(profile: MachineProfile, ranks_per_node: int | None) -> i
         if ranks_per_node <= 0:
             raise InputError(f"ranks per node must be positive, got {ranks_per_node}")
         return int(ranks_per_node)
+    if profile.ranks_per_node is not None:
+        return profile.ranks_per_node
     return profile.node.n_cores if profile.node is not None else 1
 
 

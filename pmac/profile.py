@@ -291,12 +291,17 @@ class MachineProfile:
     raw_file: str | None = None
     raw_sha256: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: ranks per node when a prediction is not told (None: node.n_cores). The emulated TCP
+    #: machines run one rank per namespace node although each namespace sees every core.
+    ranks_per_node: int | None = None
 
     def __post_init__(self):
         if not self.name or "/" in self.name:
             raise ValueError(f"invalid machine name {self.name!r}")
         if self.n_nodes <= 0:
             raise ValueError("n_nodes must be positive")
+        if self.ranks_per_node is not None and self.ranks_per_node <= 0:
+            raise ValueError("ranks_per_node must be positive")
 
     def missing(self, sections: tuple[str, ...] = ("node", "node.compute", "network.intra_node",
                                                     "network.inter_node")) -> list[str]:

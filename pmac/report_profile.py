@@ -32,7 +32,8 @@ def _link_lines(label: str, link: LinkModel) -> list[str]:
 
 def format_profile(profile: MachineProfile) -> str:
     p = profile
-    lines = [f"machine {p.name}" + (f" ({p.n_nodes} nodes)" if p.n_nodes > 1 else "")]
+    lines = [f"machine {p.name}" + (f" ({p.n_nodes} nodes)" if p.n_nodes > 1 else "")
+             + (f", {p.ranks_per_node} rank(s) per node by default" if p.ranks_per_node else "")]
     if p.description:
         lines.append(f"  {p.description}")
     if p.node is not None:

@@ -10,7 +10,7 @@ import pytest
 import pmac.predict as pp
 from pmac.cli import main
 from pmac.convolve import burst_arrays, convolve, machine_coeffs
-from pmac.errors import MissingSectionError
+from pmac.errors import MissingSectionError, PmacError
 from pmac.profile import save_profile
 from pmac.signature import save_signature
 from synth import memory_tables, pingpong_signature, two_level_profile
@@ -136,3 +136,21 @@ def test_contention_uses_a_star_without_topology():
     # one flow at a time: contention changes nothing, and says which topology it used
     assert cont.summary.iloc[0].total_s == pytest.approx(plain.summary.iloc[0].total_s, rel=1e-12)
     assert any("star" in n for n in cont.notes)
+
+
+def test_profile_default_ranks_per_node(tmp_path):
+    # a machine that runs one rank per node by default (the emulated TCP clusters) places the two
+    # ranks of the ping-pong on two nodes, so the inter-node link prices the messages
+    sig = pingpong_signature(n_iter=3, msg_bytes=1000, burst_s=1e-3)
+    prof = dataclasses.replace(two_level_profile(), n_nodes=2, ranks_per_node=1)
+    pred = pp.predict(sig, [prof], burst_source="measured")
+    assert list(pred.per_rank["node"]) == [0, 1] and pred.summary.iloc[0].ranks_per_node == 1
+    told = pp.predict(sig, [prof], burst_source="measured", ranks_per_node=2)
+    assert list(told.per_rank["node"]) == [0, 0]
+    save_profile(prof, tmp_path / "m.yaml")
+    from pmac.profile import load_profile
+    assert load_profile(tmp_path / "m.yaml").ranks_per_node == 1
+    text = (tmp_path / "m.yaml").read_text().replace("ranks_per_node: 1", "ranks_per_node: 0")
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(PmacError, match=r"bad\.yaml.*ranks_per_node must be positive"):
+        load_profile(tmp_path / "bad.yaml")
