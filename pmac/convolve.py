@@ -14,18 +14,24 @@ level's line size) hits at or above ``L``::
 
 ``F_b`` is read off the fixed log bins of pmac.memsig with distances uniform inside a bin,
 exactly as :func:`pmac.memsig.hit_fraction` does. Level ``L`` serves ``h_L - h_{L-1}`` of
-the accesses, memory serves ``1 - h_last``. Each level serves its share of the bytes at its
-plateau bandwidth and the times add up (a harmonic mean of the level bandwidths weighted by
-bytes)::
+the accesses, memory serves ``1 - h_last``. Below the first level, what moves is *lines*: an
+access served by level ``L > 1`` (or memory) brings a whole line of ``line_L`` bytes, so the
+traffic from it is ``n_L = accesses * (h_L - h_{L-1}) * line_L`` bytes, priced at the level's
+plateau bandwidth; the first level serves what is left of the burst's bytes::
 
-    t_mem = sum_L load_bytes  * (h_L - h_{L-1}) / bw_load_L
-          + sum_L store_bytes * (g_L - g_{L-1}) / bw_store_L      (g: the stores' histogram)
+    t_load = sum_{L>1, memory} n_L / bw_load_L + max(load_bytes - sum n_L, 0) / bw_load_1
 
-with ``bw_*_L = min(bw_1core, bw_allcores / active_cores)`` (``load_unit`` and ``store``
-plateaus of the profile). Why this mapping rather than PMaC's stretched exponential fitted
-to the bandwidth curve: it has no free parameter, it reproduces every plateau of the curve
-exactly, and it is linear in the histogram, so mixed bursts (part L1, part DRAM) cost what
-their parts cost (``bench/convolve --mapping`` measures both on the probe curve).
+(stores alike with their own histogram, counts and ``store`` plateaus). Why lines: a unit-stride
+sweep over DRAM has 7 of 8 accesses at stack distance 0 (same 64 B line) and 1 in 8 missing;
+pricing accesses, not lines, charged only 1/8 of its bytes to memory and predicted the shipped
+stream_mpi case at DRAM size 2x too fast. With lines its cost is ``load_bytes / bw_mem``,
+exactly the probe's measurement of the same pattern. It has no free parameter, reproduces every
+plateau of the unit-stride curve, and is linear in the histogram. What it does not capture:
+random single-word access out of a far level is latency-bound (the probe's ``load_random``
+plateau), and costs more than a line at the unit-stride rate.
+Plateaus are ``bw_*_L = min(bw_1core, bw_allcores / active_cores)`` (``load_unit`` and ``store``
+of the profile). Why this rather than PMaC's stretched exponential fitted to the bandwidth curve:
+see above (``bench/convolve --mapping`` compares both on the probe curve).
 
 **Compute time.** ``t_flop = (flop_scalar / flop_per_s_scalar + flop_simd / flop_per_s_simd)
 * slowdown(dep_distance_mean)`` where the slowdown is ``max(dependency_flop_per_s) /
@@ -98,6 +104,9 @@ class BurstArrays:
     seq: np.ndarray
     load_bytes: np.ndarray
     store_bytes: np.ndarray
+    #: access counts (loads and stores); where a source gives bytes only, bytes / 8
+    loads: np.ndarray
+    stores: np.ndarray
     flop_scalar: np.ndarray
     flop_simd: np.ndarray
     branches: np.ndarray
@@ -110,7 +119,7 @@ class BurstArrays:
 
     def __post_init__(self):
         n = len(self.rank)
-        for name in ("seq", "load_bytes", "store_bytes", "flop_scalar", "flop_simd", "branches",
+        for name in ("seq", "load_bytes", "store_bytes", "loads", "stores", "flop_scalar", "flop_simd", "branches",
                      "dep_distance_mean", "branch_miss_frac"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"BurstArrays.{name} has {len(getattr(self, name))} entries, expected {n}")
@@ -192,9 +201,13 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     flop_s, flop_v = _flop_split(bursts)
     dep = np.nan_to_num(bursts["dep_distance_mean"].to_numpy(np.float64), nan=0.0)
     bmiss = np.nan_to_num(bursts["branch_miss_frac"].to_numpy(np.float64), nan=0.0)
+    lb, sb = bursts["load_bytes"].to_numpy(np.float64), bursts["store_bytes"].to_numpy(np.float64)
+    loads, stores = bursts["loads"].to_numpy(np.float64), bursts["stores"].to_numpy(np.float64)
+    loads = np.where(loads > 0, loads, lb / 8.0)
+    stores = np.where(stores > 0, stores, sb / 8.0)
     return BurstArrays(
         rank=bursts["rank"].to_numpy(np.int32), seq=bursts["seq"].to_numpy(np.int64),
-        load_bytes=bursts["load_bytes"].to_numpy(np.float64), store_bytes=bursts["store_bytes"].to_numpy(np.float64),
+        load_bytes=lb, store_bytes=sb, loads=loads, stores=stores,
         flop_scalar=flop_s, flop_simd=flop_v, branches=bursts["branches"].to_numpy(np.float64),
         dep_distance_mean=dep, branch_miss_frac=bmiss, line_bytes=line_sizes, cum=cum,
         n_borrowed_hist=int(borrowed.sum()))
@@ -325,8 +338,8 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
 # ---------------------------------------------------------------- the kernel
 
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
-def _kernel(cum, load_bytes, store_bytes, flop_s, flop_v, branches, dep, bmiss,
-            cap_line, cap_edge, cap_frac, lev_k, inv_bl, inv_bs, inv_fs, inv_fv,
+def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branches, dep, bmiss,
+            cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, beta, chunk,
             out_t, out_m, out_c, detail):
     """Bursts outer (parallel, in chunks), machines inner. Machine arrays are (X, machine) so the
@@ -353,6 +366,8 @@ def _kernel(cum, load_bytes, store_bytes, flop_s, flop_v, branches, dep, bmiss,
                 hs_k[k] = c0 + f * (cum[li, 1, b, e + 1] - c0)
             lb = load_bytes[b]
             sb = store_bytes[b]
+            nl = loads[b]
+            ns = stores[b]
             x_dep = dep[b]
             x_br = bmiss[b]
             fsb = flop_s[b]
@@ -360,16 +375,26 @@ def _kernel(cum, load_bytes, store_bytes, flop_s, flop_v, branches, dep, bmiss,
             brb = branches[b]
             for p in range(n_p):
                 tm = 0.0
-                hl_prev = 0.0
-                hs_prev = 0.0
-                for L in range(n_l):
-                    k = lev_k[L, p]
-                    hl = max(hl_k[k], hl_prev)
-                    hs = max(hs_k[k], hs_prev)
-                    tm += lb * (hl - hl_prev) * inv_bl[L, p] + sb * (hs - hs_prev) * inv_bs[L, p]
+                hl_prev = hl_k[lev_k[0, p]] if n_l > 0 else 0.0
+                hs_prev = hs_k[lev_k[0, p]] if n_l > 0 else 0.0
+                moved_l = 0.0
+                moved_s = 0.0
+                for L in range(1, n_l + 1):
+                    if L < n_l:
+                        k = lev_k[L, p]
+                        hl = max(hl_k[k], hl_prev)
+                        hs = max(hs_k[k], hs_prev)
+                    else:
+                        hl = 1.0
+                        hs = 1.0
+                    ml = nl * (hl - hl_prev) * line_b[L, p]
+                    ms = ns * (hs - hs_prev) * line_b[L, p]
+                    tm += ml * inv_bl[L, p] + ms * inv_bs[L, p]
+                    moved_l += ml
+                    moved_s += ms
                     hl_prev = hl
                     hs_prev = hs
-                tm += lb * (1.0 - hl_prev) * inv_bl[n_l, p] + sb * (1.0 - hs_prev) * inv_bs[n_l, p]
+                tm += max(lb - moved_l, 0.0) * inv_bl[0, p] + max(sb - moved_s, 0.0) * inv_bs[0, p]
                 slow = dep_y0[p]
                 for j in range(n_d):
                     slow += min(max((x_dep - dep_x[j, p]) * dep_iw[j, p], 0.0), 1.0) * dep_dy[j, p]
@@ -424,7 +449,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
     n_d = max([len(m.dep_distance) - 1 for m in machines] + [0])
     n_r = max([len(m.branch_miss_frac) - 1 for m in machines] + [0])
     points: dict[tuple[int, int, float], int] = {(0, 0, 0.0): 0}
-    a = dict(lev_k=np.zeros((n_l, n_p), np.int64), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
+    a = dict(lev_k=np.zeros((n_l, n_p), np.int64), line_b=np.zeros((n_l + 1, n_p)), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
              inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p),
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
              br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
@@ -439,9 +464,12 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
                 cap = m.capacity_lines[L] * m.level_line_bytes[L] / lb[li]
                 e, f = edge_position(min(cap, MAX_CAPACITY_LINES))
                 k = points.setdefault((li, e, f), len(points))
+                a["line_b"][L, p] = m.level_line_bytes[L]
                 a["inv_bl"][L, p] = 1.0 / m.load_bandwidth_bytes_per_s[L]
                 a["inv_bs"][L, p] = 1.0 / m.store_bandwidth_bytes_per_s[L]
             a["lev_k"][L, p] = k          # padded levels repeat the last point: they serve nothing
+        # memory moves lines of the last level's size
+        a["line_b"][nl:, p] = m.level_line_bytes[nl - 1] if nl else 64
         a["inv_bl"][n_l, p] = 1.0 / m.load_bandwidth_bytes_per_s[nl]
         a["inv_bs"][n_l, p] = 1.0 / m.store_bandwidth_bytes_per_s[nl]
         a["inv_fs"][p] = 1.0 / m.flop_per_s_scalar
@@ -472,9 +500,10 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
     out_t = np.empty((n_b, n_p))
     out_m = np.empty((n_b, n_p)) if detail else np.empty((1, 1))
     out_c = np.empty((n_b, n_p)) if detail else np.empty((1, 1))
-    _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.flop_scalar, bursts.flop_simd,
+    _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
+            bursts.flop_scalar, bursts.flop_simd,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
-            a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["inv_bl"], a["inv_bs"],
+            a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["line_b"], a["inv_bl"], a["inv_bs"],
             a["inv_fs"], a["inv_fv"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail)

@@ -33,13 +33,27 @@ def test_hand_computed_two_level():
     m = machine_coeffs(prof)
     assert m.capacity_lines == (L1_LINES, L2_CUM_LINES)
     res = convolve(bursts, [m])
-    t_load = 8000 * (0.5 / 100e9 + 0.3 / 50e9 + 0.2 / 10e9)
-    t_store = 800 * (1.0 / 25e9)          # all stores at distance 3000 -> L2, store bw = 50e9 / 2
+    # 1000 loads of 8 B: 300 bring a 64 B line from L2, 200 from memory; that is more than the
+    # 8000 bytes loaded, so L1 serves nothing more
+    t_load = 300 * 64 / 50e9 + 200 * 64 / 10e9
+    t_store = 100 * 64 / 25e9             # 100 stores at distance 3000 -> L2 lines, store bw = 50e9 / 2
     t_mem = t_load + t_store
     t_flop = 10_000 / 1e9
     assert res.memory_s[0, 0] == pytest.approx(t_mem, rel=1e-6)
     assert res.compute_s[0, 0] == pytest.approx(t_flop, rel=1e-12)
     assert res.time_s[0, 0] == pytest.approx(t_flop + 0.5 * t_mem, rel=1e-6)
+
+
+def test_unit_stride_sweep_costs_its_bytes_at_the_level_it_streams_from():
+    # 8 B loads sweeping an array far larger than the caches: per 64 B line, 7 accesses at stack
+    # distance 0 and one cold miss. The probe measures exactly this pattern at 10 GB/s, and the
+    # convolver must give load_bytes / 10 GB/s (not 1/8 of it, as pricing accesses would)
+    bursts = one_burst({0: 7000, -1: 1000}, load_bytes=64_000, loads=8000)
+    m = machine_coeffs(two_level_profile(dep=False, branch=False))
+    assert convolve(bursts, [m]).memory_s[0, 0] == pytest.approx(64_000 / 10e9, rel=1e-6)
+    # the same sweep inside L1 (all at distance 0 or 10) costs its bytes at the L1 rate
+    bursts = one_burst({0: 7000, 10: 1000}, load_bytes=64_000, loads=8000)
+    assert convolve(bursts, [m]).memory_s[0, 0] == pytest.approx(64_000 / 100e9, rel=1e-6)
 
 
 def test_dependency_and_branch_probes():
@@ -88,7 +102,9 @@ def test_matches_hit_fraction_reference():
             np.add.at(h, sel["bin"].to_numpy(), sel["count"].to_numpy())
             h1, h2 = hit_fraction(h, L1_LINES), hit_fraction(h, L2_CUM_LINES)
             nbytes = bursts[i][bytes_col]
-            want += nbytes * (h1 / bw[0] + (h2 - h1) / bw[1] + (1 - h2) / bw[2])
+            n = nbytes / 8.0                     # no access counts given: 8 B per access
+            moved = n * 64 * (h2 - h1), n * 64 * (1 - h2)
+            want += moved[0] / bw[1] + moved[1] / bw[2] + max(nbytes - sum(moved), 0) / bw[0]
         assert res.memory_s[0, i] == pytest.approx(want, rel=1e-5)
 
 

@@ -48,7 +48,8 @@ def test_beta_clipped_to_unit_interval():
 
 
 def test_samples_join_measured_bursts():
-    bursts = [dict(rank=r, seq=s, load_bytes=64000, fp_scalar=1000, flop=1000.0) for r in (0, 1) for s in range(1, 8)]
+    bursts = [dict(rank=r, seq=s, load_bytes=64000, loads=1000, fp_scalar=1000, flop=1000.0)
+              for r in (0, 1) for s in range(1, 8)]
     hists = [dict(rank=r, seq=s, access=0, counts={-1: 1000}) for r in (0, 1) for s in range(1, 8)]
     sig = pingpong_signature(n_iter=3, burst_s=2e-3, memory=memory_tables(bursts, hists))
     df = samples_from_signature(sig, two_level_profile())
