@@ -59,13 +59,15 @@ def capability(what: str) -> str | None:
         if not Path("/usr/lib/x86_64-linux-gnu/openmpi").exists():
             return "system Open MPI not installed (bash .ci/system-deps installs libopenmpi-dev)"
         return None
+    if what == "simgrid":
+        return None if shutil.which("smpirun") else "SimGrid's smpirun not installed (bash .ci/system-deps installs libsimgrid-dev)"
     if what == "shared":
         return None if SHARED.exists() else f"shared reference data not found at {SHARED}"
     return f"unknown capability {what}"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "requires(*what): needs mpi, valgrind, netns, root, shared")
+    config.addinivalue_line("markers", "requires(*what): needs mpi, valgrind, netns, root, shared, gfortran, simgrid")
 
 
 def pytest_runtest_setup(item):

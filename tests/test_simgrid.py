@@ -223,12 +223,11 @@ def _smpirun_time(smpirun, index, n, platform, hosts, cwd) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.requires("simgrid")
 def test_export_replays_in_smpirun_like_the_original(shared_dir, tmp_path):
     """SimGrid itself (Debian libsimgrid-dev) replays each exported trace to the same simulated
     time as the original file: the exporter loses nothing SimGrid uses."""
     smpirun = shutil.which("smpirun")
-    if not smpirun:
-        pytest.skip("smpirun not installed (apt-get install libsimgrid-dev)")
     platform = shared_dir / "data/simgrid/examples/platforms/small_platform.xml"
     hosts = tmp_path / "hosts"
     hosts.write_text("Tremblay\nJupiter\nFafard\nGinette\n")
@@ -342,12 +341,11 @@ def test_other_collectives_by_hand(tmp_path):
             assert t0 > 0 and t1 == pytest.approx(t0, rel=1e-9)
 
 
+@pytest.mark.requires("simgrid")
 def test_sleep_bursts_add_exact_seconds_in_smpirun(shared_dir, tmp_path):
     import dataclasses
 
     smpirun = shutil.which("smpirun")
-    if not smpirun:
-        pytest.skip("smpirun not installed (apt-get install libsimgrid-dev)")
     f = tmp_path / "pp.txt"
     f.write_text("0 init\n1 init\n0 send 1 0 8\n1 recv 0 0 8\n0 finalize\n1 finalize\n")
     sig = read_simgrid(f)
@@ -365,8 +363,6 @@ def test_shipped_pmpi_signature_replays_in_smpirun(shared_dir, tmp_path):
     """A real PMPI trace (Irecv/Isend/Waitall, Allreduce) exports to a trace SimGrid replays; its
     simulated time is at least the measured compute of the busiest rank (the sleeps)."""
     smpirun = shutil.which("smpirun")
-    if not smpirun:
-        pytest.skip("smpirun not installed (apt-get install libsimgrid-dev)")
     sig = load_signature(Path(__file__).resolve().parents[1] / "signatures" / "stencil2d-n2-1024")
     out = write_simgrid(sig, tmp_path / "tit")
     assert out.skipped == {}
