@@ -650,6 +650,14 @@ def simgrid_lines(sig: Signature, *, flop_per_s: float | None = None) -> tuple[d
     return out, dict(skipped)
 
 
+def _with_init(lines: list[str], rank: int) -> list[str]:
+    """A rank's actions starting with ``init``: SimGrid's replay (3.x) crashes with SIGSEGV on a
+    trace whose first action is not ``init``, and traces from other sources may lack it."""
+    if lines and lines[0].split()[1:2] != ["init"]:
+        return [f"{rank} init"] + lines
+    return lines
+
+
 def write_simgrid(sig: Signature, folder: str | Path, *, flop_per_s: float | None = None,
                   absolute_index: bool = True) -> SimgridExport:
     """Write ``folder/rank<R>.txt`` per rank and ``folder/traces.txt`` (the index for
@@ -663,7 +671,7 @@ def write_simgrid(sig: Signature, folder: str | Path, *, flop_per_s: float | Non
     files = []
     n_actions = 0
     for r in range(sig.n_ranks):
-        lines = per_rank.get(r, [])
+        lines = _with_init(per_rank.get(r, []), r)
         n_actions += len(lines)
         f = folder / f"rank{r}.txt"
         atomic_write_text(f, "\n".join(lines) + ("\n" if lines else ""))

@@ -405,3 +405,23 @@ def test_smpirun_neutral_network_is_latency_plus_size_over_bandwidth(tmp_path, n
     assert t == pytest.approx(2 * (10e-6 + nbytes / 1e9), abs=1.5e-6)  # printed to 1 us
     with pytest.raises(Exception, match="smpirun failed"):
         smpirun_replay(out.index_file, 2, plat, ["h0", "nohost"])
+
+
+@pytest.mark.requires("simgrid")
+def test_export_without_init_gets_one_and_replays(shared_dir, tmp_path):
+    """A trace without MPI_Init (generated, or from a tool that drops it) used to crash smpirun
+    with SIGSEGV: the exporter starts every non-empty rank with ``init``."""
+    from pmac.simgrid import smpirun_replay
+
+    body = {0: "0 compute 1e6\n0 send 1 0 1000000\n0 recv 1 1 8\n", 1: "1 recv 0 0 1000000\n1 send 0 1 8\n"}
+    f = tmp_path / "noinit.txt"
+    f.write_text("".join(body.values()))
+    out = write_simgrid(read_simgrid(f, n_ranks=2), tmp_path / "x")
+    assert [p.read_text().splitlines()[0] for p in out.rank_files] == ["0 init", "1 init"]
+    platform = shared_dir / "data/simgrid/examples/platforms/small_platform.xml"
+    t_export = smpirun_replay(out.index_file, 2, platform, ["Tremblay", "Jupiter"])
+    for r, text in body.items():
+        (tmp_path / f"h{r}.txt").write_text(f"{r} init\n{text}")
+    (tmp_path / "idx").write_text(f"{tmp_path / 'h0.txt'}\n{tmp_path / 'h1.txt'}\n")
+    t_hand = smpirun_replay(tmp_path / "idx", 2, platform, ["Tremblay", "Jupiter"])
+    assert t_export > 0 and t_export == pytest.approx(t_hand, rel=1e-9)
