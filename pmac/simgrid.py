@@ -694,7 +694,8 @@ NEUTRAL_NETWORK_CFG = ("--cfg=smpi/bw-factor:0:1", "--cfg=smpi/lat-factor:0:1", 
 def smpirun_replay(index_file, n_ranks: int, platform, hosts, *, neutral: bool = True, extra=(),
                    timeout_s: float = 600.0) -> float:
     """Run ``smpirun -replay`` on an exported trace; returns SimGrid's simulated time in seconds
-    (printed with microsecond resolution). ``hosts``: a hostfile path or a list of host names,
+    (its ``smpi/display-timing`` figure, 9 significant digits; where absent, the replay's own
+    figure at microsecond resolution). ``hosts``: a hostfile path or a list of host names,
     one per rank. ToolMissingError without smpirun (Debian libsimgrid-dev), ReplayError on failure."""
     import re
     import shutil
@@ -715,7 +716,8 @@ def smpirun_replay(index_file, n_ranks: int, platform, hosts, *, neutral: bool =
             hostfile.write_text("".join(f"{h}\n" for h in hosts))
         cmd = [smpirun, "-np", str(n_ranks), "-platform", str(Path(platform).resolve()), "-hostfile",
                str(hostfile), "-replay", str(index_file), "--log=smpi_config.thres:warning",
-               "--log=xbt_cfg.thres:warning", *(NEUTRAL_NETWORK_CFG if neutral else ()), *extra]
+               "--log=xbt_cfg.thres:warning", "--cfg=smpi/display-timing:yes",
+               *(NEUTRAL_NETWORK_CFG if neutral else ()), *extra]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
         except subprocess.TimeoutExpired:
@@ -726,8 +728,51 @@ def smpirun_replay(index_file, n_ranks: int, platform, hosts, *, neutral: bool =
         why = next((ln.strip() for ln in text.splitlines() if "CRITICAL" in ln or "rror" in ln),
                    f"exit code {res.returncode}")
         raise ReplayError(f"smpirun failed: {why[:200]}", path=index_file)
-    return max(float(x) for x in m)
+    fine = re.findall(r"Simulated time: ([0-9.eE+-]+) seconds", text)
+    return float(fine[-1]) if fine else max(float(x) for x in m)
 
 
 __all__ = ["read_simgrid", "write_simgrid", "simgrid_lines", "SimgridExport", "DATATYPE_BYTES",
-           "NEUTRAL_NETWORK_CFG", "smpirun_replay"]
+           "NEUTRAL_NETWORK_CFG", "smpirun_replay", "MATCHING_COLLECTIVES_CFG", "cluster_platform",
+           "equivalent_profile"]
+
+
+# ====================================================================== an equivalent machine
+
+#: SimGrid collective algorithms matching pmac.collectives where SimGrid's defaults differ at the
+#: sizes of SimGrid's example traces: gather by binomial tree (SimGrid: linear), alltoall(v) by
+#: P-1 rounds of shifted exchange (SimGrid's ``ring`` is pmac's pairwise; its ``pair`` needs 2^k ranks)
+MATCHING_COLLECTIVES_CFG = ("--cfg=smpi/gather:ompi_binomial", "--cfg=smpi/alltoall:ring",
+                            "--cfg=smpi/alltoallv:ring")
+
+
+def cluster_platform(n_hosts: int, *, latency_s: float, bandwidth_bytes_per_s: float, flop_per_s: float,
+                     prefix: str = "h-") -> tuple[str, list[str]]:
+    """A SimGrid cluster of ``n_hosts`` hosts, each on a private link to one switch (no backbone),
+    and its host names. A message crosses two private links: latency ``2 * latency_s``, bandwidth
+    ``bandwidth_bytes_per_s`` (with :data:`NEUTRAL_NETWORK_CFG`), shared by concurrent flows."""
+    last = max(n_hosts - 1, 1)
+    xml = ("<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+           f"<platform version=\"4.1\">\n  <cluster id=\"c\" prefix=\"{prefix}\" radical=\"0-{last}\" suffix=\"\" "
+           f"speed=\"{flop_per_s!r}f\" bw=\"{bandwidth_bytes_per_s!r}Bps\" lat=\"{latency_s!r}s\"/>\n</platform>\n")
+    return xml, [f"{prefix}{i}" for i in range(n_hosts)]
+
+
+def equivalent_profile(*, latency_s: float, bandwidth_bytes_per_s: float, flop_per_s: float, n_nodes: int,
+                       eager_threshold_bytes: int = 65536, name: str = "simgrid-cluster"):
+    """The pmac machine equivalent to :func:`cluster_platform`: one rank per node, a link of
+    latency ``2 * latency_s`` and the same bandwidth, no send/receive overheads, eager below
+    SimGrid's detached-send threshold (64 KiB), and a node that computes ``flop_per_s`` (SimGrid
+    traces carry flops, not bytes: its memory levels are never used, their bandwidth is nominal)."""
+    from .profile import (CacheLevel, ComputeModel, LinkModel, MachineProfile, MemoryLevel, NetworkModel,
+                          NodeModel)
+    nominal = {"load_unit": 1e12, "store": 1e12}
+    node = NodeModel(cpu_model="SimGrid host", n_cores=1,
+                     caches=(CacheLevel(name="L1d", size_bytes=32768, bandwidth_1core_bytes_per_s=nominal),),
+                     memory=MemoryLevel(bandwidth_1core_bytes_per_s=nominal),
+                     compute=ComputeModel(isa="simgrid", flop_per_s_scalar=flop_per_s, flop_per_s_simd=flop_per_s))
+    link = LinkModel(latency_s=2 * latency_s, bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+                     eager_threshold_bytes=eager_threshold_bytes)
+    return MachineProfile(name=name, description="equivalent of pmac.simgrid.cluster_platform", node=node,
+                          network=NetworkModel(intra_node=link, inter_node=link), n_nodes=max(n_nodes, 1),
+                          ranks_per_node=1)

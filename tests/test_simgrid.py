@@ -425,3 +425,35 @@ def test_export_without_init_gets_one_and_replays(shared_dir, tmp_path):
     (tmp_path / "idx").write_text(f"{tmp_path / 'h0.txt'}\n{tmp_path / 'h1.txt'}\n")
     t_hand = smpirun_replay(tmp_path / "idx", 2, platform, ["Tremblay", "Jupiter"])
     assert t_export > 0 and t_export == pytest.approx(t_hand, rel=1e-9)
+
+
+def _example_traces(folder):
+    names = sorted(p.name for p in folder.glob("actions*.txt") if p.name not in ("actions0.txt", "actions1.txt"))
+    return [["actions0.txt", "actions1.txt"]] + [[n] for n in names]
+
+
+@pytest.mark.requires("simgrid", "shared")
+@pytest.mark.parametrize("latency_s,bandwidth", [(50e-6, 125e6), (1e-6, 10e9)])
+def test_pmac_replay_matches_smpirun_on_simgrid_examples(shared_dir, tmp_path, latency_s, bandwidth):
+    """Issue 5: on SimGrid's example traces and an equivalent network, pmac's replay (contention on:
+    SimGrid shares links) is within 5 % of smpirun -replay (bench/simgrid_crosscheck prints it)."""
+    from pmac.predict import predict
+    from pmac.simgrid import MATCHING_COLLECTIVES_CFG, cluster_platform, equivalent_profile, smpirun_replay
+
+    folder = shared_dir / REPLAY
+    files = _example_traces(folder)
+    assert len(files) == 12
+    for names in files:
+        sig = read_simgrid([folder / n for n in names], n_ranks=2 if len(names) == 2 else None)
+        xml, hosts = cluster_platform(sig.n_ranks, latency_s=latency_s, bandwidth_bytes_per_s=bandwidth,
+                                      flop_per_s=1e9)
+        work = tmp_path / names[0]
+        work.mkdir()
+        (work / "p.xml").write_text(xml)
+        out = write_simgrid(sig, work / "t")
+        t_sg = smpirun_replay(out.index_file, sig.n_ranks, work / "p.xml", hosts, extra=MATCHING_COLLECTIVES_CFG)
+        prof = equivalent_profile(latency_s=latency_s, bandwidth_bytes_per_s=bandwidth, flop_per_s=1e9,
+                                  n_nodes=sig.n_ranks)
+        t = predict(sig, [prof], burst_source="memory" if sig.memory else "measured",
+                    contention=True).summary.iloc[0].total_s
+        assert t == pytest.approx(t_sg, rel=0.05), names
