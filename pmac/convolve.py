@@ -340,7 +340,7 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
 def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branches, dep, bmiss,
             cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv,
-            dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, beta, chunk,
+            dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail):
     """Bursts outer (parallel, in chunks), machines inner. Machine arrays are (X, machine) so the
     inner loop reads them contiguously and has no data-dependent branch: levels are padded (a
@@ -351,6 +351,9 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branche
     n_l = lev_k.shape[0]
     n_d = dep_x.shape[0]
     n_r = br_x.shape[0]
+    # every machine's branch curve on the same knots (all probed by pmac): locate a burst's
+    # miss fraction once, then one interpolation per machine
+    n_kn = br_knots.shape[0]
     n_chunks = (n_b + chunk - 1) // chunk
     for ci in numba.prange(n_chunks):
         hl_k = np.empty(n_k)
@@ -370,6 +373,16 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branche
             ns = stores[b]
             x_dep = dep[b]
             x_br = bmiss[b]
+            jb = 0
+            fb = 0.0
+            if n_kn >= 2:
+                if x_br >= br_knots[n_kn - 1]:
+                    jb = n_kn - 2
+                    fb = 1.0
+                elif x_br > br_knots[0]:
+                    while br_knots[jb + 1] <= x_br:
+                        jb += 1
+                    fb = (x_br - br_knots[jb]) / (br_knots[jb + 1] - br_knots[jb])
             fsb = flop_s[b]
             fvb = flop_v[b]
             brb = branches[b]
@@ -399,9 +412,12 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branche
                 for j in range(n_d):
                     slow += min(max((x_dep - dep_x[j, p]) * dep_iw[j, p], 0.0), 1.0) * dep_dy[j, p]
                 slow = slow if x_dep > 0.0 else 1.0
-                cost = br_y0[p]
-                for j in range(n_r):
-                    cost += min(max((x_br - br_x[j, p]) * br_iw[j, p], 0.0), 1.0) * br_dy[j, p]
+                if n_kn >= 2:
+                    cost = br_yv[jb, p] + fb * (br_yv[jb + 1, p] - br_yv[jb, p])
+                else:
+                    cost = br_y0[p]
+                    for j in range(n_r):
+                        cost += min(max((x_br - br_x[j, p]) * br_iw[j, p], 0.0), 1.0) * br_dy[j, p]
                 tc = (fsb * inv_fs[p] + fvb * inv_fv[p]) * slow + brb * cost
                 t = max(tm, tc) + beta[p] * min(tm, tc)
                 out_t[b, p] = t
@@ -479,6 +495,14 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
         a["br_y0"][p], a["br_x"][:, p], a["br_iw"][:, p], a["br_dy"][:, p] = _segments(
             m.branch_miss_frac, m.branch_cost_s, 0.0, n_r)
         a["beta"][p] = m.beta
+    knots = {m.branch_miss_frac for m in machines}
+    shared = next(iter(knots)) if len(knots) == 1 else ()
+    if len(shared) >= 2 and np.all(np.diff(shared) > 0):
+        a["br_knots"] = np.array(shared, np.float64)
+        a["br_yv"] = np.array([m.branch_cost_s for m in machines], np.float64).T.copy()
+    else:
+        a["br_knots"] = np.zeros(0)
+        a["br_yv"] = np.zeros((0, n_p))
     pts = sorted(points.items(), key=lambda kv: kv[1])
     a["cap_line"] = np.array([q[0][0] for q in pts], np.int64)
     a["cap_edge"] = np.array([q[0][1] for q in pts], np.int64)
@@ -505,7 +529,7 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
             a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["line_b"], a["inv_bl"], a["inv_bs"],
             a["inv_fs"], a["inv_fv"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
-            a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["beta"], max(int(chunk), 1),
+            a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail)
     return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t.T,
                           memory_s=out_m.T if detail else None, compute_s=out_c.T if detail else None)

@@ -164,3 +164,23 @@ def test_missing_sections():
     prof = dataclasses.replace(two_level_profile(), node=None)
     with pytest.raises(MissingSectionError, match="'node'"):
         machine_coeffs(prof)
+
+
+def test_branch_curves_on_shared_or_different_knots_agree():
+    # machines probed at the same miss fractions take the one-lookup path, others the general
+    # one: each machine's result must not depend on which machines it is convolved with
+    rng = np.random.default_rng(5)
+    bursts = [dict(rank=0, seq=i, load_bytes=1000, fp_scalar=100, flop=100.0, branches=int(rng.integers(1, 10**5)),
+                   branch_miss_frac=float(x)) for i, x in enumerate(rng.uniform(-0.1, 0.6, 40))]
+    ba = burst_arrays(memory_tables(bursts, [dict(rank=0, seq=i, access=0, counts={10: 1}) for i in range(40)]),
+                      line_sizes=(64,))
+    m1 = machine_coeffs(two_level_profile(dep=False))
+    m2 = dataclasses.replace(m1, name="other", branch_miss_frac=(0.0, 0.1, 0.5), branch_cost_s=(1e-9, 4e-9, 5e-9))
+    alone = [convolve(ba, [m]).compute_s[0] for m in (m1, m2)]
+    both = convolve(ba, [m1, m2]).compute_s
+    assert np.allclose(both[0], alone[0], rtol=1e-12) and np.allclose(both[1], alone[1], rtol=1e-12)
+    # hand-computed on m2: miss 0.3 lies half-way between 0.1 and 0.5 -> 4.5 ns per branch
+    one = burst_arrays(memory_tables([dict(rank=0, seq=1, branches=1000, branch_miss_frac=0.3)],
+                                     [dict(rank=0, seq=1, access=0, counts={10: 1})]), line_sizes=(64,))
+    assert convolve(one, [m2]).compute_s[0, 0] == pytest.approx(1000 * 4.5e-9, rel=1e-12)
+    assert convolve(one, [m1, m2]).compute_s[1, 0] == pytest.approx(1000 * 4.5e-9, rel=1e-12)
