@@ -358,6 +358,11 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branche
     for ci in numba.prange(n_chunks):
         hl_k = np.empty(n_k)
         hs_k = np.empty(n_k)
+        hlp = np.empty(n_p)
+        hsp = np.empty(n_p)
+        tmp = np.empty(n_p)
+        mvl = np.empty(n_p)
+        mvs = np.empty(n_p)
         for b in range(ci * chunk, min(n_b, (ci + 1) * chunk)):
             for k in range(n_k):
                 li = cap_line[k]
@@ -386,28 +391,35 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branche
             fsb = flop_s[b]
             fvb = flop_v[b]
             brb = branches[b]
+            # machines inner, one simple loop per level (vectorisable across machines)
             for p in range(n_p):
-                tm = 0.0
-                hl_prev = hl_k[lev_k[0, p]] if n_l > 0 else 0.0
-                hs_prev = hs_k[lev_k[0, p]] if n_l > 0 else 0.0
-                moved_l = 0.0
-                moved_s = 0.0
-                for L in range(1, n_l + 1):
-                    if L < n_l:
-                        k = lev_k[L, p]
-                        hl = max(hl_k[k], hl_prev)
-                        hs = max(hs_k[k], hs_prev)
-                    else:
-                        hl = 1.0
-                        hs = 1.0
-                    ml = nl * (hl - hl_prev) * line_b[L, p]
-                    ms = ns * (hs - hs_prev) * line_b[L, p]
-                    tm += ml * inv_bl[L, p] + ms * inv_bs[L, p]
-                    moved_l += ml
-                    moved_s += ms
-                    hl_prev = hl
-                    hs_prev = hs
-                tm += max(lb - moved_l, 0.0) * inv_bl[0, p] + max(sb - moved_s, 0.0) * inv_bs[0, p]
+                k0 = lev_k[0, p] if n_l > 0 else 0
+                hlp[p] = hl_k[k0] if n_l > 0 else 0.0
+                hsp[p] = hs_k[k0] if n_l > 0 else 0.0
+                tmp[p] = 0.0
+                mvl[p] = 0.0
+                mvs[p] = 0.0
+            for L in range(1, n_l):
+                for p in range(n_p):
+                    k = lev_k[L, p]
+                    hl = max(hl_k[k], hlp[p])
+                    hs = max(hs_k[k], hsp[p])
+                    ml = nl * (hl - hlp[p]) * line_b[L, p]
+                    ms = ns * (hs - hsp[p]) * line_b[L, p]
+                    tmp[p] += ml * inv_bl[L, p] + ms * inv_bs[L, p]
+                    mvl[p] += ml
+                    mvs[p] += ms
+                    hlp[p] = hl
+                    hsp[p] = hs
+            for p in range(n_p):
+                tm = tmp[p]
+                ml = 0.0
+                ms = 0.0
+                if n_l > 0:  # memory moves lines too; without caches it serves the bytes as they are
+                    ml = nl * (1.0 - hlp[p]) * line_b[n_l, p]
+                    ms = ns * (1.0 - hsp[p]) * line_b[n_l, p]
+                    tm += ml * inv_bl[n_l, p] + ms * inv_bs[n_l, p]
+                tm += max(lb - mvl[p] - ml, 0.0) * inv_bl[0, p] + max(sb - mvs[p] - ms, 0.0) * inv_bs[0, p]
                 slow = dep_y0[p]
                 for j in range(n_d):
                     slow += min(max((x_dep - dep_x[j, p]) * dep_iw[j, p], 0.0), 1.0) * dep_dy[j, p]
