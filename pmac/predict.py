@@ -41,7 +41,7 @@ from .convolve import burst_arrays, convolve, machine_coeffs
 from .errors import InputError, MissingSectionError
 from .profile import MachineProfile
 from .signature import Signature
-from .trace import op_name
+from .trace import Op, op_name
 
 BURST_SOURCES = ("auto", "measured", "memory")
 
@@ -230,6 +230,10 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         measured = ev["burst_s"].to_numpy(np.float64)
         bursts_all = np.broadcast_to(measured, (len(profiles), len(ev)))
         notes.append("burst times measured on the traced machine: honest only for that machine")
+    n_started = int(np.isin(ev["op"].to_numpy(), (int(Op.START), int(Op.STARTALL))).sum())
+    if n_started:
+        notes.append(f"{n_started} MPI_Start/Startall call(s) of persistent requests are not replayed: "
+                     "their messages take no time (the prediction is too fast by their cost)")
     app = str(sig.header.parameters.get("app", sig.name))
     rows, per_rank, crit, tl = [], [], [], []
     for k, p in enumerate(profiles):

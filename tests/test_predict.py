@@ -154,3 +154,13 @@ def test_profile_default_ranks_per_node(tmp_path):
     (tmp_path / "bad.yaml").write_text(text)
     with pytest.raises(PmacError, match=r"bad\.yaml.*ranks_per_node must be positive"):
         load_profile(tmp_path / "bad.yaml")
+
+
+def test_persistent_requests_are_named_as_not_replayed():
+    sig = pingpong_signature(n_iter=3, msg_bytes=1000, burst_s=1e-3)
+    ev = sig.events.copy()
+    ev.loc[(ev["rank"] == 0) & (ev["seq"] == 1), "op"] = int(pp.Op.START)   # rank 0's first send
+    ev.loc[(ev["rank"] == 1) & (ev["seq"] == 1), "op"] = int(pp.Op.START)   # rank 1's first receive
+    pred = pp.predict(dataclasses.replace(sig, events=ev), [two_level_profile()], burst_source="measured")
+    assert any(n.startswith("2 MPI_Start/Startall call(s) of persistent requests are not replayed") for n in pred.notes)
+    assert not any("persistent" in n for n in pp.predict(sig, [two_level_profile()], burst_source="measured").notes)
