@@ -150,6 +150,16 @@ def resolve_burst_source(sig: Signature, burst_source: str = "auto") -> str:
     return burst_source
 
 
+def unreplayed_starts(ev: pd.DataFrame) -> int:
+    """Startall calls, and Start calls whose request has no Send_init/Recv_init on that rank."""
+    op = ev["op"].to_numpy()
+    inits = ev[np.isin(op, (int(Op.SEND_INIT), int(Op.RECV_INIT)))]
+    known = set(zip(inits["rank"].tolist(), inits["request"].tolist()))
+    starts = ev[op == int(Op.START)]
+    orphans = sum((r, q) not in known for r, q in zip(starts["rank"].tolist(), starts["request"].tolist()))
+    return int((op == int(Op.STARTALL)).sum()) + orphans
+
+
 def ranks_per_node_for(profile: MachineProfile, ranks_per_node: int | None) -> int:
     if ranks_per_node is not None:
         if ranks_per_node <= 0:
@@ -230,10 +240,10 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         measured = ev["burst_s"].to_numpy(np.float64)
         bursts_all = np.broadcast_to(measured, (len(profiles), len(ev)))
         notes.append("burst times measured on the traced machine: honest only for that machine")
-    n_started = int(np.isin(ev["op"].to_numpy(), (int(Op.START), int(Op.STARTALL))).sum())
+    n_started = unreplayed_starts(ev)
     if n_started:
-        notes.append(f"{n_started} MPI_Start/Startall call(s) of persistent requests are not replayed: "
-                     "their messages take no time (the prediction is too fast by their cost)")
+        notes.append(f"{n_started} MPI_Start/Startall call(s) of persistent requests are not replayed "
+                     "(Startall, or a Start whose *_init is not in the trace): their messages take no time")
     app = str(sig.header.parameters.get("app", sig.name))
     rows, per_rank, crit, tl = [], [], [], []
     for k, p in enumerate(profiles):

@@ -35,7 +35,11 @@ Semantics (see pmac.collectives for the message and collective models):
   entry has the same operation, member count and placement kind (intra_node when all members
   share a node) and the size lies within the measured sizes (linear interpolation): then every
   member ends at ``max(start of all members) + time_s``.
-- Other calls (init, finalize, probes, communicator calls, persistent requests, OTHER) take no
+- Persistent requests: an ``MPI_Start`` behaves as the Isend / Irecv its request was created
+  for (the latest ``*_INIT`` of that handle on the rank before the Start: peer, tag, size and
+  communicator come from there); the Wait on the handle completes it as for an Isend / Irecv.
+  ``MPI_Startall`` (several requests in one call) is not replayed yet: it takes no time.
+- Other calls (init, finalize, probes, communicator calls, ``*_INIT``, Startall, OTHER) take no
   time.
 - Per rank: ``compute_s`` = sum of bursts; for each call the part before the last partner it
   waits on posted its side (message peer, or the last member to reach a collective) is
@@ -581,6 +585,32 @@ class _Prepared:
     extra: dict = field(default_factory=dict)
 
 
+_PERSISTENT_FIELDS = ("comm", "dest", "source", "send_tag", "recv_tag", "send_bytes", "recv_bytes")
+
+
+def _starts_as_nonblocking(rank: np.ndarray, cols: dict) -> None:
+    """Rewrite each MPI_Start (in ``cols``, rows ordered by rank then seq) as the Isend / Irecv of
+    the latest Send_init / Recv_init of its handle earlier on the same rank (vectorised)."""
+    op, req = cols["op"], cols["request"]
+    is_init = np.isin(op, (Op.SEND_INIT, Op.RECV_INIT)) & (req != NONE)
+    is_start = (op == Op.START) & (req != NONE)
+    if not (is_start.any() and is_init.any()):
+        return
+    cand = np.flatnonzero(is_init | is_start)
+    c = cand[np.lexsort((cand, req[cand], rank[cand]))]        # by rank, handle, then call order
+    new_grp = np.ones(c.size, bool)
+    new_grp[1:] = (rank[c][1:] != rank[c][:-1]) | (req[c][1:] != req[c][:-1])
+    grp_first = np.maximum.accumulate(np.where(new_grp, np.arange(c.size), 0))
+    last_init = np.maximum.accumulate(np.where(is_init[c], np.arange(c.size), -1))
+    use = is_start[c] & (last_init >= grp_first)
+    s_ev, i_ev = c[use], c[last_init[use]]
+    for name in _PERSISTENT_FIELDS + ("op",):
+        cols[name] = cols[name].copy()       # never write into the caller's table
+    for name in _PERSISTENT_FIELDS:
+        cols[name][s_ev] = cols[name][i_ev]
+    cols["op"][s_ev] = np.where(cols["op"][i_ev] == Op.SEND_INIT, int(Op.ISEND), int(Op.IRECV))
+
+
 def _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks) -> _Prepared:
     rank = _col(events, "rank", np.int32)
     seq = _col(events, "seq", np.int64)
@@ -619,6 +649,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         node_of_rank = np.array(placement, dtype=np.int64, copy=True)
         if node_of_rank.shape != (n_ranks,) or (n_ranks and node_of_rank.min() < 0):
             raise InputError(f"placement must give a node >= 0 for each of the {n_ranks} ranks")
+    _starts_as_nonblocking(rank, cols)
     op = cols["op"]
     kind = _KIND[op.astype(np.int64) & 0xFF]
     mode = _MODE[op.astype(np.int64) & 0xFF]

@@ -163,4 +163,7 @@ def test_persistent_requests_are_named_as_not_replayed():
     ev.loc[(ev["rank"] == 1) & (ev["seq"] == 1), "op"] = int(pp.Op.START)   # rank 1's first receive
     pred = pp.predict(dataclasses.replace(sig, events=ev), [two_level_profile()], burst_source="measured")
     assert any(n.startswith("2 MPI_Start/Startall call(s) of persistent requests are not replayed") for n in pred.notes)
+    # with their Send_init/Recv_init in the trace they are replayed (tests/test_replay.py) and not named
+    ev2 = pd.concat([ev, pd.DataFrame([dict(ev.iloc[0]) | dict(seq=-1, op=int(pp.Op.SEND_INIT))])], ignore_index=True)
+    assert pp.unreplayed_starts(ev2) == 1
     assert not any("persistent" in n for n in pp.predict(sig, [two_level_profile()], burst_source="measured").notes)

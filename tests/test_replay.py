@@ -544,3 +544,37 @@ def test_simgrid_platforms_import(shared_dir):
     assert ft.n_hosts == 16 and ft.hosts[0] == "node-0.simgrid.org"
     tor = from_simgrid(plat / "cluster_torus.xml")
     assert tor.n_hosts == 12
+
+
+def test_persistent_requests_replay_as_their_isend_irecv():
+    """Send_init/Recv_init once, then Start + Wait per iteration: the same times as Isend/Irecv +
+    Wait with those parameters; the caller's table is left as it was."""
+    def build(persistent):
+        t = Trace(2)
+        m = 4096
+        if persistent:
+            for r in (0, 1):
+                t.add(r, Op.SEND_INIT, dest=1 - r, send_bytes=m, send_tag=7, request=1)
+                t.add(r, Op.RECV_INIT, source=1 - r, recv_bytes=m, recv_tag=7, request=2)
+        for it in range(3):
+            for r in (0, 1):
+                if persistent:
+                    t.add(r, Op.START, request=2, burst_s=1e-6 * (r + 1))
+                    t.add(r, Op.START, request=1)
+                    t.waitall(r, [2, 1])
+                else:
+                    t.add(r, Op.IRECV, source=1 - r, recv_bytes=m, recv_tag=7, request=2, burst_s=1e-6 * (r + 1))
+                    t.add(r, Op.ISEND, dest=1 - r, send_bytes=m, send_tag=7, request=1)
+                    t.waitall(r, [2, 1])
+        return t
+
+    ref = build(False).run()
+    t = build(True)
+    ev = t.events()
+    before = ev.copy()
+    res = replay(ev, None, None, net1(), ReplayOptions(), requests=t.requests(), n_ranks=2)
+    assert res.makespan_s == approx(ref.makespan_s) and res.makespan_s > 3 * (L + 4096 / B)
+    np.testing.assert_allclose(res.finish_s, ref.finish_s, rtol=REL)
+    np.testing.assert_allclose(res.comm_s, ref.comm_s, rtol=REL)
+    assert ev.equals(before)
+    check_split(res)
