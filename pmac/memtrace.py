@@ -64,7 +64,7 @@ class ToolOutput:
     """One process's tool files, decoded."""
     pid: int
     sample_rate: float
-    mpi: dict[str, int]           # counters of code inside MPI calls
+    mpi: dict[str, int]           # counters of code outside bursts: inside MPI calls, other threads
     burst_seq: np.ndarray         # int64 [n_bursts]
     bursts: np.ndarray            # uint64 [n_bursts, NC]
     function: np.ndarray          # str [n_functions]

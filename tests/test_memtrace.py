@@ -269,3 +269,29 @@ def test_numba_entry_points_name_jit_blocks(tmp_path):
     assert n.function.tolist() == ["__main__.kernel", "__main__.kernel", f"?0x{block + (2 << 20):x}",
                                    f"?0x{block:x}", "main"]
     assert n.object.tolist() == ["numba", "numba", "", "libfoo.so", "app"]
+
+
+def test_other_threads_belong_to_no_burst(tmp_path, cache):
+    """Issue 4: a helper thread's work (an MPI progress thread, a BLAS worker) must not land in
+    the main thread's burst: its instructions go to the outside-bursts counters and its accesses
+    are not sampled."""
+    src = tmp_path / "t.c"
+    src.write_text("#include <pthread.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+                   "static double a[100000], *b;\n"
+                   "static void *worker(void *x) { for (int i = 0; i < 400000; i++) b[i] = i; return x; }\n"
+                   "int main(int argc, char **argv) { pthread_t t; double s = 0; b = malloc(400000 * sizeof *b);\n"
+                   "  if (argc > 1) pthread_create(&t, NULL, worker, NULL);\n"
+                   "  for (int i = 0; i < 100000; i++) a[i] = i;\n"
+                   "  if (argc > 1) pthread_join(t, NULL);\n"
+                   "  for (int i = 0; i < 100000; i++) s += a[i];\n  printf(\"%f %f\\n\", s, argc > 1 ? b[7] : 0.0); return 0; }\n")
+    exe = tmp_path / "t"
+    subprocess.run(["gcc", "-O1", "-fno-tree-vectorize", "-pthread", "-o", str(exe), str(src)], check=True)
+    alone = read_tool_output(run_under_tool([str(exe)], tmp_path / "a", sample_rate=1.0).files[0])
+    both = read_tool_output(run_under_tool([str(exe), "x"], tmp_path / "b", sample_rate=1.0).files[0])
+    instr, stores, sampled = 0, 2, 14
+    # the worker's 400000 stores are not in the burst; thread creation adds a little on main's side
+    assert both.bursts[0, stores] - alone.bursts[0, stores] < 2000
+    assert both.bursts[0, sampled] - alone.bursts[0, sampled] < 4000
+    assert both.bursts[0, instr] - alone.bursts[0, instr] < 40000
+    assert both.mpi["stores"] - alone.mpi["stores"] >= 400000
+    assert both.mpi["instructions"] - alone.mpi["instructions"] >= 4 * 400000 // 2

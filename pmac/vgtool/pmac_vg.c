@@ -22,7 +22,8 @@
  * Files (little-endian), written with no address text:
  *   <out>      header 64 B: "PMACVGS1", u32 version=1, u32 n_counters, u32 hash_bits,
  *              u32 threshold, i32 pid, u32 flags, i64 n_bursts, i64 n_functions, i64 n_acc_words,
- *              8 B pad; then the counters of code inside MPI calls (n_counters x u64);
+ *              8 B pad; then the counters of code outside bursts: inside MPI calls, or run by a
+ *              thread other than the main one (n_counters x u64);
  *              n_bursts x (i64 seq, n_counters x u64); n_functions x (char name[64],
  *              char object[64], n_counters x u64); trailer "PMACEND1".
  *   <out>.acc  16 B header "PMACVGA1", u32 hash_bits, u32 threshold; then the sampled words.
@@ -99,6 +100,10 @@ static Int acc_fd = -1;
 static HChar *out_path;
 static UInt flags;
 static Bool is_fork_child;  /* a forked child writes nothing: the files belong to the parent */
+/* Threads other than the main one (MPI progress threads, BLAS or OpenMP workers) belong to no
+ * burst: their counts go to the "outside bursts" counters (those of code inside MPI calls) and
+ * their accesses are not sampled. valgrind runs one thread at a time and says when it switches. */
+static Bool other_thread;
 
 /* ---- run-time helpers ------------------------------------------------------------------ */
 
@@ -115,7 +120,7 @@ static inline void acc_push(ULong w) {
 }
 
 static VG_REGPARM(2) void seg_exec(Seg *s, UWord outcome) {
-    ULong *b = cur->v, *f = s->fn->v, *v = s->v;
+    ULong *b = other_thread ? mpi_c.v : cur->v, *f = s->fn->v, *v = s->v;
     for (Int k = 0; k < C_BRANCHES; k++) { b[k] += v[k]; f[k] += v[k]; }
     b[C_DEP_SUM] += v[C_DEP_SUM]; f[C_DEP_SUM] += v[C_DEP_SUM];
     b[C_DEP_N] += v[C_DEP_N]; f[C_DEP_N] += v[C_DEP_N];
@@ -126,7 +131,7 @@ static VG_REGPARM(2) void seg_exec(Seg *s, UWord outcome) {
 }
 
 static VG_REGPARM(2) void acc_sample(Addr a, UWord is_store) {
-    if (in_mpi) return;
+    if (in_mpi || other_thread) return;
     cur->v[C_SAMPLED]++;
     acc_push(((ULong)(a >> 5) << 1) | (is_store & 1));
 }
@@ -618,6 +623,10 @@ static void pm_fini(Int exitcode) {
     VG_(close)(fd);
 }
 
+static void pm_start_client_code(ThreadId tid, ULong blocks_dispatched) {
+    other_thread = tid != 1;   /* valgrind numbers the main thread 1 */
+}
+
 static void pm_pre_clo_init(void) {
     VG_(details_name)("pmac_vg");
     VG_(details_version)("1");
@@ -628,6 +637,7 @@ static void pm_pre_clo_init(void) {
     VG_(basic_tool_funcs)(pm_post_clo_init, pm_instrument, pm_fini);
     VG_(needs_command_line_options)(pm_process_cmd_line_option, pm_print_usage, pm_print_debug_usage);
     VG_(needs_client_requests)(pm_client_request);
+    VG_(track_start_client_code)(pm_start_client_code);
 }
 
 VG_DETERMINE_INTERFACE_VERSION(pm_pre_clo_init)
