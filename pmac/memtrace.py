@@ -37,7 +37,7 @@ import pandas as pd
 
 from .errors import InputError, TruncatedError
 from .memsig import BURSTS, FUNCTIONS, LINE_SIZES_BYTES, REUSE
-from .reuse import HASH_BITS, burst_histograms
+from .reuse import HASH_BITS, BurstHistograms
 from .schema import provenance
 from .signature import (HEADER_FILE, MEMORY_FILE, Signature, SignatureHeader, load_signature, make_signature,
                         save_signature)
@@ -73,6 +73,8 @@ class ToolOutput:
     words: np.ndarray             # uint64 sampled access words (pmac_vg.c); empty when streamed
     #: per line size, histograms [n_bursts, 2, bins] computed while the program ran (streamed)
     hists: dict[int, np.ndarray] | None = None
+    #: the same per function [n_functions, 2, bins] (streamed)
+    fn_hists: dict[int, np.ndarray] | None = None
 
 
 def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> ToolOutput:
@@ -108,7 +110,8 @@ def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> 
     f = np.frombuffer(data, _FUNC, nf, off)
     acc_path = Path(str(path) + ".acc")
     if stream is not None:
-        return _decoded(h, mpi, b, f, nf, np.zeros(0, np.uint64), stream.histograms(h, nb, acc_path))
+        return _decoded(h, mpi, b, f, nf, np.zeros(0, np.uint64), stream.histograms(h, nb, acc_path),
+                        stream.function_histograms(nf, acc_path))
     try:
         acc = acc_path.read_bytes()
     except OSError as exc:
@@ -126,7 +129,7 @@ def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> 
     return _decoded(h, mpi, b, f, nf, words, None)
 
 
-def _decoded(h, mpi, b, f, nf, words, hists) -> ToolOutput:
+def _decoded(h, mpi, b, f, nf, words, hists, fn_hists=None) -> ToolOutput:
     dec = np.vectorize(lambda s: s.decode("utf-8", "replace"), otypes=[object])
     return ToolOutput(
         pid=int(h["pid"]), sample_rate=float(h["threshold"]) / (1 << HASH_BITS),
@@ -134,7 +137,7 @@ def _decoded(h, mpi, b, f, nf, words, hists) -> ToolOutput:
         burst_seq=b["seq"].astype(np.int64), bursts=b["c"].astype(np.uint64),
         function=dec(f["name"]).astype(str) if nf else np.zeros(0, str),
         object=dec(f["object"]).astype(str) if nf else np.zeros(0, str),
-        functions=f["c"].astype(np.uint64).reshape(nf, NC), words=words, hists=hists,
+        functions=f["c"].astype(np.uint64).reshape(nf, NC), words=words, hists=hists, fn_hists=fn_hists,
     )
 
 
@@ -218,6 +221,12 @@ class AccessStream:
         except ValueError as exc:
             raise InputError(str(exc), path=path) from None
 
+    def function_histograms(self, n_functions: int, path: Path) -> dict[int, np.ndarray]:
+        try:
+            return {lb: bh.function_result(n_functions) for lb, bh in self.hist.items()}
+        except ValueError as exc:
+            raise InputError(str(exc), path=path) from None
+
 
 def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
     """memsig columns from a [n, NC] counter block."""
@@ -245,13 +254,22 @@ def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...]
         for lb in line_sizes:
             if o.hists is not None and lb in o.hists:
                 h = o.hists[lb]
+                fh = o.fn_hists.get(lb) if o.fn_hists else None
             else:
-                h = burst_histograms(o.words, n, lb, scale)    # [n, 2, bins]
+                bh = BurstHistograms(lb, scale)
+                bh.feed(o.words)
+                h, fh = bh.result(n), bh.function_result(len(o.function))    # [n, 2, bins], [nf, 2, bins]
             bi, ai, ki = np.nonzero(h)
             reuse.append(pd.DataFrame({
                 "rank": np.full(len(bi), rank, np.int32), "seq": o.burst_seq[bi], "function": "",
                 "line_bytes": np.full(len(bi), lb, np.int32), "access": ai.astype(np.int8),
                 "bin": ki.astype(np.int16), "count": h[bi, ai, ki]}))
+            if fh is not None and len(o.function):
+                fi, ai, ki = np.nonzero(fh)
+                rows = pd.DataFrame({"function": o.function[fi], "access": ai.astype(np.int8),
+                                     "bin": ki.astype(np.int16), "count": fh[fi, ai, ki]})
+                rows = rows.groupby(["function", "access", "bin"], as_index=False, sort=False)["count"].sum()
+                reuse.append(rows.assign(rank=np.int32(rank), seq=np.int64(-1), line_bytes=np.int32(lb)))
         if len(o.function):
             f = pd.DataFrame({"function": o.function, "object": o.object})
             for i, name in enumerate(COUNTERS):

@@ -227,37 +227,48 @@ def reuse_histogram(lines: np.ndarray, is_store: np.ndarray | None = None, *, sa
     return _histogram(stack_distances(lines), st, scale, _EDGES, hist)
 
 
+#: access words of pmac_vg.c (acc_sample): bit 0 store, bits 1-43 the address in 32-byte units,
+#: bits 44-62 the id of the function making the access; bit 63 set: a burst marker
+FN_SHIFT = 44
+_ADDR_MASK = (1 << FN_SHIFT) - 1
+_FN_MASK = (1 << 19) - 1
+
+
 @numba.njit(cache=True, nogil=True)
-def _burst_lines(words, shift, b, lines, stores, burst_of):
+def _burst_lines(words, shift, b, lines, stores, burst_of, fn_of):
     """Decode access words (burst markers carry the burst index); returns (n accesses, last burst)."""
     n = 0
     for w in words:
         if w >> np.uint64(63):
             b = np.int64(w & np.uint64(0x7FFFFFFFFFFFFFFF))
             continue
-        lines[n] = np.int64((w >> np.uint64(1)) >> np.uint64(shift))
+        lines[n] = np.int64(((w & np.uint64(_ADDR_MASK)) >> np.uint64(1)) >> np.uint64(shift))
         stores[n] = (w & np.uint64(1)) != 0
+        fn_of[n] = np.int64((w >> np.uint64(FN_SHIFT)) & np.uint64(_FN_MASK))
         burst_of[n] = b
         n += 1
     return n, b
 
 
 @numba.njit(cache=True, nogil=True)
-def _burst_hist(dist, stores, burst_of, scale, edges, hist):
+def _burst_hist(dist, stores, burst_of, fn_of, scale, edges, hist, fhist):
     cold = edges.shape[0] - 1
     for t in range(dist.shape[0]):
         a = 1 if stores[t] else 0
         d = dist[t]
         k = cold if d < 0 else _bin_of(d * scale, edges)
         hist[burst_of[t], a, k] += scale
+        fhist[fn_of[t], a, k] += scale
     return hist
 
 
 class BurstHistograms:
-    """Per-burst load/store reuse histograms of the tool's access words, fed chunk by chunk.
+    """Per-burst and per-function load/store reuse histograms of the tool's access words, fed
+    chunk by chunk.
 
     Words are in 32-byte units (pmac_vg.c); the LRU stack runs over the whole stream (a burst
-    starts with the cache state the previous ones left); distances and counts are scaled by
+    starts with the cache state the previous ones left; an access's distance counts every line
+    touched since, whichever function touched it); distances and counts are scaled by
     ``scale = 1/R``.
     """
 
@@ -269,6 +280,7 @@ class BurstHistograms:
         self.stack = StackState()
         self.burst = 0
         self.hist = np.zeros((16, 2, N_REUSE_BINS), np.float64)
+        self.fhist = np.zeros((16, 2, N_REUSE_BINS), np.float64)
 
     def feed(self, words: np.ndarray) -> None:
         words = np.ascontiguousarray(words, dtype=np.uint64)
@@ -276,13 +288,12 @@ class BurstHistograms:
         lines = np.empty(n, np.int64)
         stores = np.empty(n, np.bool_)
         burst_of = np.empty(n, np.int64)
-        m, self.burst = _burst_lines(words, self.shift, self.burst, lines, stores, burst_of)
-        top = max(int(burst_of[:m].max()) if m else 0, self.burst)
-        if top >= self.hist.shape[0]:
-            grown = np.zeros((max(top + 1, 2 * self.hist.shape[0]), 2, N_REUSE_BINS), np.float64)
-            grown[: self.hist.shape[0]] = self.hist
-            self.hist = grown
-        _burst_hist(self.stack.distances(lines[:m]), stores[:m], burst_of[:m], self.scale, _EDGES, self.hist)
+        fn_of = np.empty(n, np.int64)
+        m, self.burst = _burst_lines(words, self.shift, self.burst, lines, stores, burst_of, fn_of)
+        self.hist = _grown(self.hist, max(int(burst_of[:m].max()) if m else 0, self.burst))
+        self.fhist = _grown(self.fhist, int(fn_of[:m].max()) if m else 0)
+        _burst_hist(self.stack.distances(lines[:m]), stores[:m], burst_of[:m], fn_of[:m], self.scale, _EDGES,
+                    self.hist, self.fhist)
 
     def result(self, n_bursts: int) -> np.ndarray:
         """Histograms ``[n_bursts, 2, N_REUSE_BINS]``."""
@@ -293,6 +304,23 @@ class BurstHistograms:
         k = min(n_bursts, self.hist.shape[0])
         out[:k] = self.hist[:k]
         return out
+
+    def function_result(self, n_functions: int) -> np.ndarray:
+        """Histograms ``[n_functions, 2, N_REUSE_BINS]`` by the id of the accessing function."""
+        if self.fhist[n_functions:].any() and n_functions <= _FN_MASK:
+            raise ValueError(f"access words name a function beyond the {n_functions} the summary lists")
+        out = np.zeros((n_functions, 2, N_REUSE_BINS), np.float64)
+        k = min(n_functions, self.fhist.shape[0])
+        out[:k] = self.fhist[:k]
+        return out
+
+
+def _grown(h: np.ndarray, top: int) -> np.ndarray:
+    if top < h.shape[0]:
+        return h
+    g = np.zeros((max(top + 1, 2 * h.shape[0]), 2, N_REUSE_BINS), np.float64)
+    g[: h.shape[0]] = h
+    return g
 
 
 def burst_histograms(words: np.ndarray, n_bursts: int, line_bytes: int, scale: float) -> np.ndarray:

@@ -295,3 +295,23 @@ def test_other_threads_belong_to_no_burst(tmp_path, cache):
     assert both.bursts[0, instr] - alone.bursts[0, instr] < 40000
     assert both.mpi["stores"] - alone.mpi["stores"] >= 400000
     assert both.mpi["instructions"] - alone.mpi["instructions"] >= 4 * 400000 // 2
+
+
+def test_per_function_reuse_histograms(kernels):
+    """Issue 4: reuse histograms per function (seq -1 rows) as well as per burst; at sampling
+    rate 1 a function's histogram holds every one of its loads and stores."""
+    _, sig = kernels
+    r = sig.memory["reuse"]
+    fr = r[(r["seq"] == -1) & (r["function"] == "daxpy") & (r["line_bytes"] == 64)]
+    f = _fn(sig, "daxpy")
+    assert fr[fr["access"] == ACCESS_LOAD]["count"].sum() == f["loads"]
+    assert fr[fr["access"] == ACCESS_STORE]["count"].sum() == f["stores"]
+    h = np.zeros(COLD_BIN + 1)
+    x = fr[fr["access"] == ACCESS_LOAD]
+    np.add.at(h, x["bin"].to_numpy(), x["count"].to_numpy())
+    # the same shape as burst 1 (the daxpy call): 7 of 8 loads of each 64-byte line hit at distance <= 1
+    assert hit_fraction(h, 2) == pytest.approx(2 * N * 7 / 8 / f["loads"], abs=2e-4)
+    # every sampled access belongs to some function: per-function totals equal per-burst totals
+    per_fn = r[(r["seq"] == -1) & (r["line_bytes"] == 64)]["count"].sum()
+    per_burst = r[(r["seq"] >= 0) & (r["line_bytes"] == 64)]["count"].sum()
+    assert per_fn == pytest.approx(per_burst, rel=1e-12)

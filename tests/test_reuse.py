@@ -141,3 +141,26 @@ def test_chunked_feeding_equals_one_pass():
         bh.feed(p)
     np.testing.assert_array_equal(bh.result(4), one)
     assert one[2].sum() == 0 and one[3].sum() == 2.0 * 10000
+
+
+def test_function_ids_in_words_give_per_function_histograms():
+    """Bits 44-62 of an access word name the function (pmac_vg.c): histograms per function use
+    the one LRU stack of the whole stream, and the address is read without those bits."""
+    from pmac.reuse import FN_SHIFT, BurstHistograms
+
+    marker = np.uint64(1 << 63)
+    f1, f2 = np.uint64(1 << FN_SHIFT), np.uint64(2 << FN_SHIFT)
+    a, b = 100, 300
+    # burst 0: f1 loads A, f2 loads B, f2 loads A (distance 1), f1 stores B (distance 1)
+    words = np.array([marker, f1 | np.uint64(a << 1), f2 | np.uint64(b << 1), f2 | np.uint64(a << 1),
+                      f1 | np.uint64((b << 1) | 1)], dtype=np.uint64)
+    bh = BurstHistograms(32, 1.0)
+    bh.feed(words)
+    h, fh = bh.result(1), bh.function_result(3)
+    assert h[0, 0, COLD_BIN] == 2 and h[0, 0, 1] == 1 and h[0, 1, 1] == 1      # as without ids
+    assert fh[0].sum() == 0
+    assert fh[1, 0, COLD_BIN] == 1 and fh[1, 1, 1] == 1 and fh[1].sum() == 2    # f1: cold load, store at 1
+    assert fh[2, 0, COLD_BIN] == 1 and fh[2, 0, 1] == 1 and fh[2].sum() == 2    # f2: cold load, load at 1
+    np.testing.assert_array_equal(fh.sum(axis=0), h[0])
+    with pytest.raises(ValueError, match="beyond the 2 the summary lists"):
+        bh.function_result(2)

@@ -26,7 +26,8 @@
  *              thread other than the main one (n_counters x u64);
  *              n_bursts x (i64 seq, n_counters x u64); n_functions x (char name[64],
  *              char object[64], n_counters x u64); trailer "PMACEND1".
- *   <out>.acc  16 B header "PMACVGA1", u32 hash_bits, u32 threshold; then the sampled words.
+ *   <out>.acc  16 B header "PMACVGA1", u32 hash_bits, u32 threshold; then the sampled words
+ *              (bit 0 store, bits 1-43 address / 32, bits 44-62 function id; see acc_sample).
  * Counters: see the C_* enum (instructions .. sampled).
  *
  * Def-use distance: for each FP instruction, the distance in instructions to the nearest earlier
@@ -72,6 +73,7 @@ typedef struct Fn {
     HChar name[NAME_LEN];
     HChar obj[NAME_LEN];
     Counters c;
+    Long id;        /* creation order = order in the output file = the id in access words */
 } Fn;
 
 typedef struct {
@@ -92,7 +94,8 @@ static Long n_bursts, cap_bursts;
 static Int mpi_depth;
 static UInt in_mpi;
 static Fn *fn_tab[4096];
-static Long n_fns;
+static Fn **fn_list;
+static Long n_fns, cap_fns;
 static ULong acc_buf[ACC_BUF];
 static Int acc_n;
 static Long acc_total;
@@ -130,10 +133,15 @@ static VG_REGPARM(2) void seg_exec(Seg *s, UWord outcome) {
     }
 }
 
-static VG_REGPARM(2) void acc_sample(Addr a, UWord is_store) {
+/* An access word: bit 0 store, bits 1-43 the address in 32-byte units (user addresses < 2^48),
+ * bits 44-62 the function's id (ids beyond FN_ID_MAX share it); bit 63 marks a burst start. */
+#define FN_SHIFT 44
+#define FN_ID_MAX ((1ULL << 19) - 1)
+
+static VG_REGPARM(2) void acc_sample(Addr a, UWord tag) {
     if (in_mpi || other_thread) return;
     cur->v[C_SAMPLED]++;
-    acc_push(((ULong)(a >> 5) << 1) | (is_store & 1));
+    acc_push((((ULong)(a >> 5) << 1) & ((1ULL << FN_SHIFT) - 1)) | (tag & 1) | ((ULong)(tag >> 1) << FN_SHIFT));
 }
 
 static void new_burst(Long seq) {
@@ -202,7 +210,12 @@ static Counters *fn_counters(Addr a) {
     VG_(strcpy)(f->obj, obuf);
     f->next = fn_tab[h];
     fn_tab[h] = f;
-    n_fns++;
+    if (n_fns == cap_fns) {
+        cap_fns = cap_fns ? 2 * cap_fns : 1024;
+        fn_list = VG_(realloc)("pmac.fnlist", fn_list, cap_fns * sizeof(Fn *));
+    }
+    f->id = n_fns;
+    fn_list[n_fns++] = f;
     return &f->c;
 }
 
@@ -405,7 +418,9 @@ static Seg *new_seg(Counters *fn) {
     return s;
 }
 
-static void sample_access(IRSB *out, IRExpr *addr, Int is_store) {
+static void sample_access(IRSB *out, IRExpr *addr, Int is_store, Counters *fn) {
+    Fn *owner = (Fn *)((HChar *)fn - __builtin_offsetof(Fn, c));
+    ULong id = (ULong)owner->id < FN_ID_MAX ? (ULong)owner->id : FN_ID_MAX;
     IRTemp line = newIRTemp(out->tyenv, Ity_I64);
     IRTemp h = newIRTemp(out->tyenv, Ity_I64);
     IRTemp top = newIRTemp(out->tyenv, Ity_I64);
@@ -418,7 +433,7 @@ static void sample_access(IRSB *out, IRExpr *addr, Int is_store) {
     addStmtToIRSB(out, IRStmt_WrTmp(g, IRExpr_Binop(Iop_CmpLT64U, IRExpr_RdTmp(top),
                                                     IRExpr_Const(IRConst_U64(clo_threshold)))));
     IRDirty *d = unsafeIRDirty_0_N(2, "acc_sample", VG_(fnptr_to_fnentry)(&acc_sample),
-                                   mkIRExprVec_2(addr, IRExpr_Const(IRConst_U64(is_store))));
+                                   mkIRExprVec_2(addr, IRExpr_Const(IRConst_U64((id << 1) | (ULong)is_store))));
     d->guard = IRExpr_RdTmp(g);
     addStmtToIRSB(out, IRStmt_Dirty(d));
 }
@@ -464,7 +479,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             if (e->tag == Iex_Load && seg) {
                 seg->v[C_LOADS]++;
                 seg->v[C_LOAD_BYTES] += sizeofIRType(e->Iex.Load.ty);
-                sample_access(out, e->Iex.Load.addr, 0);
+                sample_access(out, e->Iex.Load.addr, 0, fn);
             }
             addStmtToIRSB(out, st);
             break;
@@ -475,7 +490,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
                 typeOfIRLoadGOp(st->Ist.LoadG.details->cvt, &ty, &ty2);
                 seg->v[C_LOADS]++;
                 seg->v[C_LOAD_BYTES] += sizeofIRType(ty);
-                sample_access(out, st->Ist.LoadG.details->addr, 0);
+                sample_access(out, st->Ist.LoadG.details->addr, 0, fn);
             }
             addStmtToIRSB(out, st);
             break;
@@ -483,7 +498,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             if (seg) {
                 seg->v[C_STORES]++;
                 seg->v[C_STORE_BYTES] += sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.Store.data));
-                sample_access(out, st->Ist.Store.addr, 1);
+                sample_access(out, st->Ist.Store.addr, 1, fn);
             }
             addStmtToIRSB(out, st);
             break;
@@ -491,7 +506,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             if (seg) {
                 seg->v[C_STORES]++;
                 seg->v[C_STORE_BYTES] += sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.StoreG.details->data));
-                sample_access(out, st->Ist.StoreG.details->addr, 1);
+                sample_access(out, st->Ist.StoreG.details->addr, 1, fn);
             }
             addStmtToIRSB(out, st);
             break;
@@ -613,12 +628,12 @@ static void pm_fini(Int exitcode) {
     VG_(write)(fd, &h, sizeof h);
     VG_(write)(fd, &mpi_c, sizeof mpi_c);
     for (Long b = 0; b < n_bursts; b++) VG_(write)(fd, &bursts[b], sizeof(Burst));
-    for (Int k = 0; k < 4096; k++)
-        for (Fn *f = fn_tab[k]; f; f = f->next) {
-            VG_(write)(fd, f->name, NAME_LEN);
-            VG_(write)(fd, f->obj, NAME_LEN);
-            VG_(write)(fd, &f->c, sizeof f->c);
-        }
+    for (Long k = 0; k < n_fns; k++) {
+        Fn *f = fn_list[k];
+        VG_(write)(fd, f->name, NAME_LEN);
+        VG_(write)(fd, f->obj, NAME_LEN);
+        VG_(write)(fd, &f->c, sizeof f->c);
+    }
     VG_(write)(fd, "PMACEND1", 8);
     VG_(close)(fd);
 }
