@@ -1,8 +1,12 @@
 """The point-to-point message model of the replay and the collective algorithms built on it.
 
-Everything here is numba over plain arrays. A *net* is the tuple made by
-:func:`pmac.replay.pack_network` (link segments, overheads, eager thresholds, flags, and the
-topology's routes and link state for contention). Link 0 is intra-node, link 1 inter-node.
+Everything here is numba over plain arrays. A *net* is the pair ``(nf, ni)`` made by
+:func:`pmac.replay.pack_network`: one float64 array (overheads, eager thresholds, link segments,
+link bandwidths, the links' busy-until state for contention, route latencies) and one int64 array
+(flags, segment counts, node -> host, routes as CSR), laid out as the ``NF_*`` / ``NI_*``
+constants below say. Two arrays, not a tuple of many: numba passes every array of a tuple
+argument by value on each call, which cost ~0.5 us per message. Link 0 is intra-node, link 1
+inter-node.
 
 Message model (LogGP-style; times in seconds; ``W(m)`` = the link's segmented wire time
 ``latency + m / bandwidth``, without overheads). A sender posts at ``ts``, the receiver at ``tr``:
@@ -57,26 +61,61 @@ ALLGATHER_LONG_BYTES = 524288
 ALLTOALL_SHORT_BYTES = 256
 ALLTOALL_MIN_PROCS = 8
 
-# net tuple indices
-(SEG_LO, SEG_LAT, SEG_BW, NSEG, O_S, O_R, EAGER, FLAGS, NODE_HOST, N_HOSTS, ROUTE_OFF, ROUTE_LINKS, LINK_FREE,
- LINK_INV_BW, ROUTE_LAT, ROUTE_INV_BW) = range(16)
-F_BUFFERED, F_HANDSHAKE, F_CONTENTION, F_ROUTE_TIMING = 0, 1, 2, 3
+# ni (int64) layout: flags, segment counts, sizes, then offsets (into ni or nf) of the variable parts
+(NI_BUFFERED, NI_HANDSHAKE, NI_CONTENTION, NI_ROUTE_TIMING, NI_NSEG0, NI_NSEG1, NI_S, NI_N_HOSTS,
+ NI_NODE_HOST, NI_ROUTE_OFF, NI_ROUTE_LINKS, NI_LINK_INV_BW, NI_LINK_FREE, NI_ROUTE_LAT, NI_ROUTE_INV_BW,
+ NI_HEADER) = range(16)
+# nf (float64) layout: per link kind (0 intra, 1 inter) send/recv overhead and eager threshold,
+# then the segment tables (lo, latency, bandwidth; S columns per link kind) from NF_SEG
+NF_O_S, NF_O_R, NF_EAGER, NF_SEG = 0, 2, 4, 6
 
 
-@njit(cache=True, inline="always")
+def pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, node_host, n_hosts,
+         route_off, route_links, link_inv_bw, route_lat, route_inv_bw):
+    """The ``(nf, ni)`` net of the given parts (per-link-kind pairs; [2, S] segment tables)."""
+    s = seg_lo.shape[1]
+    head = np.zeros(NI_HEADER, np.int64)
+    head[NI_BUFFERED:NI_ROUTE_TIMING + 1] = flags
+    head[NI_NSEG0], head[NI_NSEG1] = nseg
+    head[NI_S], head[NI_N_HOSTS] = s, n_hosts
+    ni_parts = [head, np.asarray(node_host, np.int64), np.asarray(route_off, np.int64),
+                np.asarray(route_links, np.int64)]
+    off = np.cumsum([0] + [a.size for a in ni_parts])
+    head[NI_NODE_HOST], head[NI_ROUTE_OFF], head[NI_ROUTE_LINKS] = off[1], off[2], off[3]
+    nf_parts = [np.asarray(o_s, float), np.asarray(o_r, float), np.asarray(eager, float),
+                seg_lo.ravel(), seg_lat.ravel(), seg_bw.ravel(), np.asarray(link_inv_bw, float),
+                np.zeros(len(link_inv_bw)), np.asarray(route_lat, float), np.asarray(route_inv_bw, float)]
+    foff = np.cumsum([0] + [a.size for a in nf_parts])
+    head[NI_LINK_INV_BW], head[NI_LINK_FREE], head[NI_ROUTE_LAT], head[NI_ROUTE_INV_BW] = foff[6:10]
+    return np.concatenate(nf_parts), np.concatenate(ni_parts)
+
+
+@njit(cache=True)
 def link_of(net, src_node, dst_node):
     return 0 if src_node == dst_node else 1
 
 
 @njit(cache=True)
+def o_send(net, link):
+    return net[0][NF_O_S + link]
+
+
+@njit(cache=True)
+def o_recv(net, link):
+    return net[0][NF_O_R + link]
+
+
+@njit(cache=True)
 def wire_s(net, link, m):
     """Uncontended one-way wire time of ``m`` bytes on link kind ``link``."""
-    n = net[NSEG][link]
-    lo = net[SEG_LO]
+    nf, ni = net
+    n = ni[NI_NSEG0 + link]
+    s = ni[NI_S]
+    lo = NF_SEG + link * s
     k = 0
-    while k + 1 < n and lo[link, k + 1] <= m:
+    while k + 1 < n and nf[lo + k + 1] <= m:
         k += 1
-    return net[SEG_LAT][link, k] + m / net[SEG_BW][link, k]
+    return nf[lo + 2 * s + k] + m / nf[lo + 4 * s + k]
 
 
 @njit(cache=True)
@@ -86,43 +125,42 @@ def is_eager(net, link, m, mode):
         return False
     if mode == 2:
         return True
-    return m <= net[EAGER][link]
+    return m <= net[0][NF_EAGER + link]
 
 
 @njit(cache=True)
 def wire_nodes(net, src_node, dst_node, m):
     """Uncontended wire time between two nodes: the link kind's segments, or with route timing
     (inter-node) the route's summed latency plus m over its bottleneck bandwidth."""
+    nf, ni = net
     link = link_of(net, src_node, dst_node)
-    if link == 1 and net[FLAGS][F_ROUTE_TIMING] != 0:
-        nh = net[N_HOSTS][0]
-        k = net[NODE_HOST][src_node] * nh + net[NODE_HOST][dst_node]
-        return net[ROUTE_LAT][k] + m * net[ROUTE_INV_BW][k]
+    if link == 1 and ni[NI_ROUTE_TIMING] != 0:
+        k = ni[ni[NI_NODE_HOST] + src_node] * ni[NI_N_HOSTS] + ni[ni[NI_NODE_HOST] + dst_node]
+        return nf[ni[NI_ROUTE_LAT] + k] + m * nf[ni[NI_ROUTE_INV_BW] + k]
     return wire_s(net, link, m)
 
 
 @njit(cache=True)
 def transfer(net, src_node, dst_node, m, ready):
     """Arrival time of ``m`` bytes that may leave at ``ready`` (reserves links under contention)."""
-    link = link_of(net, src_node, dst_node)
+    nf, ni = net
     w = wire_nodes(net, src_node, dst_node, m)
-    if link == 1 and net[FLAGS][F_CONTENTION] != 0:
-        nh = net[N_HOSTS][0]
-        hs = net[NODE_HOST][src_node]
-        hd = net[NODE_HOST][dst_node]
+    if src_node != dst_node and ni[NI_CONTENTION] != 0:
+        hs = ni[ni[NI_NODE_HOST] + src_node]
+        hd = ni[ni[NI_NODE_HOST] + dst_node]
         if hs != hd:
-            k = hs * nh + hd
-            off = net[ROUTE_OFF]
-            links = net[ROUTE_LINKS]
-            free = net[LINK_FREE]
-            inv = net[LINK_INV_BW]
+            k = ni[NI_ROUTE_OFF] + hs * ni[NI_N_HOSTS] + hd
+            links = ni[NI_ROUTE_LINKS]
+            free = ni[NI_LINK_FREE]
+            inv = ni[NI_LINK_INV_BW]
             start = ready
-            for j in range(off[k], off[k + 1]):
-                f = free[links[j]]
+            for j in range(ni[k], ni[k + 1]):
+                f = nf[free + ni[links + j]]
                 if f > start:
                     start = f
-            for j in range(off[k], off[k + 1]):
-                free[links[j]] = start + m * inv[links[j]]
+            for j in range(ni[k], ni[k + 1]):
+                x = ni[links + j]
+                nf[free + x] = start + m * nf[inv + x]
             return start + w
     return ready + w
 
@@ -130,8 +168,8 @@ def transfer(net, src_node, dst_node, m, ready):
 @njit(cache=True)
 def rendezvous_ready(net, src_node, dst_node, ts, tr):
     """Time the data of a rendezvous message may leave."""
-    os_ = net[O_S][link_of(net, src_node, dst_node)]
-    if net[FLAGS][F_HANDSHAKE] != 0:
+    os_ = o_send(net, link_of(net, src_node, dst_node))
+    if net[1][NI_HANDSHAKE] != 0:
         l0 = wire_nodes(net, src_node, dst_node, 0.0)
         return max(ts + os_ + l0, tr) + l0
     return max(ts + os_, tr)
@@ -142,8 +180,8 @@ def arrival_s(net, src_node, dst_node, m, mode, ts, tr):
     """Arrival of a message posted by the sender at ``ts`` and the receiver at ``tr``."""
     link = link_of(net, src_node, dst_node)
     if is_eager(net, link, m, mode):
-        ready = ts + net[O_S][link]
-        if net[FLAGS][F_BUFFERED] == 0 and tr > ready:
+        ready = ts + o_send(net, link)
+        if net[1][NI_BUFFERED] == 0 and tr > ready:
             ready = tr
         return transfer(net, src_node, dst_node, m, ready)
     return transfer(net, src_node, dst_node, m, rendezvous_ready(net, src_node, dst_node, ts, tr))
@@ -154,26 +192,39 @@ def message(net, src_node, dst_node, m, ts, tr):
     """(sender done, receiver done) of one standard-mode message inside a collective."""
     link = link_of(net, src_node, dst_node)
     a = arrival_s(net, src_node, dst_node, m, 0, ts, tr)
-    rd = max(tr, a) + net[O_R][link]
+    rd = max(tr, a) + o_recv(net, link)
     if is_eager(net, link, m, 0):
-        return ts + net[O_S][link], rd
+        return ts + o_send(net, link), rd
     return a, rd
 
 
 # ------------------------------------------------------------------ building blocks
-# Each works on member clocks ``t`` (local rank order) in place; ``node`` maps local rank -> node.
+# Each works on member clocks ``t`` (local rank order) in place; ``node`` maps local rank -> node;
+# ``ts`` / ``tr`` are scratch arrays of the member count.
 
 @njit(cache=True)
-def _exchange_round(net, node, t, dst_off, m, tmp_s, tmp_r):
+def _exchange_round(net, node, t, dst_off, m, ts, tr):
     """Every member i sends m bytes to (i + dst_off) % P and receives from (i - dst_off) % P."""
     p = t.shape[0]
     for i in range(p):
         d = (i + dst_off) % p
         sd, rd = message(net, node[i], node[d], m, t[i], t[d])
-        tmp_s[i] = sd
-        tmp_r[d] = rd
+        ts[i] = sd
+        tr[d] = rd
     for i in range(p):
-        t[i] = max(tmp_s[i], tmp_r[i])
+        t[i] = max(ts[i], tr[i])
+
+
+@njit(cache=True)
+def _xor_round(net, node, t, mask, m, nt):
+    """Members i and i ^ mask exchange m bytes (both directions); each ends when both halves are."""
+    p = t.shape[0]
+    for i in range(p):
+        q = i ^ mask
+        sd, _ = message(net, node[i], node[q], m, t[i], t[q])
+        _, rd = message(net, node[q], node[i], m, t[q], t[i])
+        nt[i] = max(sd, rd)
+    t[:] = nt
 
 
 @njit(cache=True)
@@ -185,59 +236,41 @@ def _rd_allreduce(net, node, t, m, rabenseifner):
     rem = p - pof2
     # fold: even i < 2 rem sends its data to i + 1
     for i in range(0, 2 * rem, 2):
-        sd, rd = message(net, node[i], node[i + 1], m, t[i], t[i + 1])
-        t[i] = sd
-        t[i + 1] = rd
+        t[i], t[i + 1] = message(net, node[i], node[i + 1], m, t[i], t[i + 1])
     # real rank of new rank r
     real = np.empty(pof2, np.int64)
     for r in range(pof2):
         real[r] = 2 * r + 1 if r < rem else r + rem
-    vt = np.empty(pof2)
-    for r in range(pof2):
-        vt[r] = t[real[r]]
-    vnode = np.empty(pof2, np.int64)
-    for r in range(pof2):
-        vnode[r] = node[real[r]]
+    vt = t[real]
+    vnode = node[real]
     nt = np.empty(pof2)
-    if not rabenseifner:
+    size = m
+    if rabenseifner:  # reduce-scatter by recursive halving, then allgather by recursive doubling
         mask = 1
         while mask < pof2:
-            for r in range(pof2):
-                q = r ^ mask
-                sd, _ = message(net, vnode[r], vnode[q], m, vt[r], vt[q])
-                _, rd = message(net, vnode[q], vnode[r], m, vt[q], vt[r])
-                nt[r] = max(sd, rd)
-            vt[:] = nt
-            mask <<= 1
-    else:
-        size = m
-        mask = 1
-        while mask < pof2:  # reduce-scatter, recursive halving
             size = size / 2.0
-            for r in range(pof2):
-                q = r ^ mask
-                sd, _ = message(net, vnode[r], vnode[q], size, vt[r], vt[q])
-                _, rd = message(net, vnode[q], vnode[r], size, vt[q], vt[r])
-                nt[r] = max(sd, rd)
-            vt[:] = nt
+            _xor_round(net, vnode, vt, mask, size, nt)
             mask <<= 1
         mask = pof2 >> 1
-        while mask > 0:  # allgather, recursive doubling (sizes grow back)
-            for r in range(pof2):
-                q = r ^ mask
-                sd, _ = message(net, vnode[r], vnode[q], size, vt[r], vt[q])
-                _, rd = message(net, vnode[q], vnode[r], size, vt[q], vt[r])
-                nt[r] = max(sd, rd)
-            vt[:] = nt
+        while mask > 0:
+            _xor_round(net, vnode, vt, mask, size, nt)
             size = size * 2.0
             mask >>= 1
-    for r in range(pof2):
-        t[real[r]] = vt[r]
+    else:
+        mask = 1
+        while mask < pof2:
+            _xor_round(net, vnode, vt, mask, size, nt)
+            mask <<= 1
+    t[real] = vt
     # unfold: odd i < 2 rem sends the result back to i - 1
     for i in range(1, 2 * rem, 2):
-        sd, rd = message(net, node[i], node[i - 1], m, t[i], t[i - 1])
-        t[i] = sd
-        t[i - 1] = rd
+        t[i], t[i - 1] = message(net, node[i], node[i - 1], m, t[i], t[i - 1])
+
+
+@njit(cache=True)
+def _subtree_bytes(m, mask, c, p):
+    """Bytes a binomial-tree edge to child c (at distance mask) carries when it moves whole subtrees."""
+    return m * (mask if c + mask <= p else p - c)
 
 
 @njit(cache=True)
@@ -258,12 +291,8 @@ def bcast_tree(net, node, t, root, m, subtree):
             c = vr + mask
             if c < p:
                 cr = (c + root) % p
-                size = m
-                if subtree:
-                    size = m * (mask if c + mask <= p else p - c)
-                sd, rd = message(net, node[r], node[cr], size, tcur, t[cr])
-                tcur = sd
-                post[c] = rd
+                size = _subtree_bytes(m, mask, c, p) if subtree else m
+                tcur, post[c] = message(net, node[r], node[cr], size, tcur, t[cr])
             mask >>= 1
         post[vr] = tcur
     for vr in range(p):
@@ -285,12 +314,8 @@ def reduce_tree(net, node, t, root, m, subtree):
                 break
             c = vr | mask
             if c < p:
-                size = m
-                if subtree:
-                    size = m * (mask if c + mask <= p else p - c)
-                sd, rd = message(net, node[(c + root) % p], node[r], size, sendpost[c], tcur)
-                done[c] = sd
-                tcur = rd
+                size = _subtree_bytes(m, mask, c, p) if subtree else m
+                done[c], tcur = message(net, node[(c + root) % p], node[r], size, sendpost[c], tcur)
             mask <<= 1
         sendpost[vr] = tcur
         if vr == 0:
@@ -300,33 +325,48 @@ def reduce_tree(net, node, t, root, m, subtree):
 
 
 @njit(cache=True)
-def dissemination(net, node, t, m):
+def shift_rounds(net, node, t, offsets, sizes):
+    """Exchange rounds: in round k every member sends sizes[k] bytes to (i + offsets[k]) % P and
+    receives from (i - offsets[k]) % P. Dissemination, ring, pairwise exchange and Bruck are this
+    with their offsets and sizes."""
     p = t.shape[0]
-    tmp_s = np.empty(p)
-    tmp_r = np.empty(p)
+    ts = np.empty(p)
+    tr = np.empty(p)
+    for k in range(offsets.shape[0]):
+        _exchange_round(net, node, t, offsets[k], sizes[k], ts, tr)
+
+
+@njit(cache=True)
+def _doubling(p):
+    """1, 2, 4, ... below p."""
+    n = 0
     mask = 1
     while mask < p:
-        _exchange_round(net, node, t, mask, m, tmp_s, tmp_r)
+        n += 1
         mask <<= 1
+    out = np.empty(n, np.int64)
+    for k in range(n):
+        out[k] = 1 << k
+    return out
+
+
+@njit(cache=True)
+def dissemination(net, node, t, m):
+    p = t.shape[0]
+    off = _doubling(p)
+    shift_rounds(net, node, t, off, np.full(off.shape[0], m))
 
 
 @njit(cache=True)
 def ring(net, node, t, m, rounds):
-    p = t.shape[0]
-    tmp_s = np.empty(p)
-    tmp_r = np.empty(p)
-    for _ in range(rounds):
-        _exchange_round(net, node, t, 1, m, tmp_s, tmp_r)
+    shift_rounds(net, node, t, np.ones(rounds, np.int64), np.full(rounds, m))
 
 
 @njit(cache=True)
 def pairwise(net, node, t, m):
     """Round k = 1..P-1: send to (i + k) % P, receive from (i - k) % P (MPICH's pairwise)."""
     p = t.shape[0]
-    tmp_s = np.empty(p)
-    tmp_r = np.empty(p)
-    for k in range(1, p):
-        _exchange_round(net, node, t, k, m, tmp_s, tmp_r)
+    shift_rounds(net, node, t, np.arange(1, p), np.full(p - 1, m))
 
 
 @njit(cache=True)
@@ -336,12 +376,7 @@ def rd_allgather(net, node, t, m):
     nt = np.empty(p)
     mask = 1
     while mask < p:
-        for i in range(p):
-            q = i ^ mask
-            sd, _ = message(net, node[i], node[q], m * mask, t[i], t[q])
-            _, rd = message(net, node[q], node[i], m * mask, t[q], t[i])
-            nt[i] = max(sd, rd)
-        t[:] = nt
+        _xor_round(net, node, t, mask, m * mask, nt)
         mask <<= 1
 
 
@@ -350,20 +385,19 @@ def bruck(net, node, t, m, alltoall):
     """Bruck: round k sends to (i - 2^k) and receives from (i + 2^k); allgather blocks double,
     alltoall sends the blocks whose index has bit k set (about P/2 blocks)."""
     p = t.shape[0]
-    tmp_s = np.empty(p)
-    tmp_r = np.empty(p)
-    mask = 1
-    while mask < p:
+    masks = _doubling(p)
+    sizes = np.empty(masks.shape[0])
+    for k in range(masks.shape[0]):
+        mask = masks[k]
         if alltoall:
             nb = 0
             for b in range(p):
                 if b & mask:
                     nb += 1
-            size = m * nb
+            sizes[k] = m * nb
         else:
-            size = m * (mask if 2 * mask <= p else p - mask)
-        _exchange_round(net, node, t, p - mask, size, tmp_s, tmp_r)
-        mask <<= 1
+            sizes[k] = m * (mask if 2 * mask <= p else p - mask)
+    shift_rounds(net, node, t, p - masks, sizes)
 
 
 @njit(cache=True)
@@ -374,15 +408,10 @@ def scan_rd(net, node, t, m):
     rd_t = np.empty(p)
     mask = 1
     while mask < p:
-        for i in range(p):
-            sd_t[i] = t[i]
-            rd_t[i] = t[i]
-        for i in range(p):
-            d = i + mask
-            if d < p:
-                sd, rd = message(net, node[i], node[d], m, t[i], t[d])
-                sd_t[i] = sd
-                rd_t[d] = rd
+        sd_t[:] = t
+        rd_t[:] = t
+        for i in range(p - mask):
+            sd_t[i], rd_t[i + mask] = message(net, node[i], node[i + mask], m, t[i], t[i + mask])
         for i in range(p):
             t[i] = max(sd_t[i], rd_t[i])
         mask <<= 1
@@ -394,9 +423,7 @@ def collective_exit(net, op, node, t, root, m):
     p = t.shape[0]
     if p <= 1:
         return
-    if op == BARRIER:
-        dissemination(net, node, t, 0.0)
-    elif op == BCAST:
+    if op == BCAST:
         if m < BCAST_SHORT_BYTES or p < BCAST_MIN_PROCS:
             bcast_tree(net, node, t, root, m, False)
         else:
@@ -427,5 +454,5 @@ def collective_exit(net, op, node, t, root, m):
         pairwise(net, node, t, m)
     elif op == SCAN or op == EXSCAN:
         scan_rd(net, node, t, m)
-    else:  # unknown collective: priced as a barrier
+    else:  # barrier, and any collective without an algorithm here: dissemination of empty messages
         dissemination(net, node, t, 0.0)

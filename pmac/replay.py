@@ -178,16 +178,11 @@ def pack_network(network: NetworkModel, placement: np.ndarray, options: ReplayOp
         if n_nodes > topo.n_hosts:
             raise InputError(f"placement uses {n_nodes} nodes but topology {topo.name} has {topo.n_hosts} hosts")
         rt = routes(topo)
-        node_host = np.arange(n_nodes, dtype=np.int64)
-        route = (rt.route_off, rt.route_links, np.zeros(len(rt.link_inv_bw)), rt.link_inv_bw)
-        nh = np.array([rt.n_hosts], np.int64)
-        rlat, rinv = rt.route_lat_s, rt.route_inv_bw
+        net = C.pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, np.arange(n_nodes), rt.n_hosts,
+                     rt.route_off, rt.route_links, rt.link_inv_bw, rt.route_lat_s, rt.route_inv_bw)
     else:
-        node_host = np.zeros(n_nodes, np.int64)
-        route = (np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-        nh = np.array([0], np.int64)
-        rlat, rinv = np.zeros(0), np.zeros(0)
-    net = (seg_lo, seg_lat, seg_bw, nseg, o_s, o_r, eager, flags, node_host, nh) + route + (rlat, rinv)
+        net = C.pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, np.zeros(n_nodes), 0,
+                     np.zeros(1), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0))
     return net
 
 
@@ -253,8 +248,6 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
     inst_count = np.zeros(n_inst, np.int64)
     inst_maxarr = np.full(n_inst, -np.inf)
     inst_last = np.full(n_inst, -1, np.int64)
-    o_s = net[C.O_S]
-    o_r = net[C.O_R]
     st = (bk, bw)
     heap_keys = np.empty(n_ranks + 1)
     heap_vals = np.empty(n_ranks + 1, np.int64)
@@ -292,7 +285,7 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
                 # ---- posting side effects
                 if (k == K_SEND or k == K_SENDRECV or k == K_ISEND) and snode[e] >= 0:
                     link = C.link_of(net, node_of_rank[r], snode[e])
-                    if C.is_eager(net, link, sbytes[e], mode[e]) and net[C.FLAGS][C.F_BUFFERED] != 0:
+                    if C.is_eager(net, link, sbytes[e], mode[e]) and net[1][C.NI_BUFFERED] != 0:
                         arrival[e] = C.arrival_s(net, node_of_rank[r], snode[e], sbytes[e], mode[e], t0, t0)
                 if k == K_COLL or k == K_ICOLL:
                     i = inst_of[e]
@@ -335,7 +328,7 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
                 if snode[e] >= 0:
                     link = C.link_of(net, node_of_rank[r], snode[e])
                     if k == K_ISEND:
-                        end = t0 + o_s[link]
+                        end = t0 + C.o_send(net, link)
                     else:
                         d, w = _send_done(net, e, r, link, post_t, arrival, psend, mode, sbytes,
                                           node_of_rank, snode)
@@ -463,7 +456,7 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
 def _send_done(net, e, r, link, post_t, arrival, psend, mode, sbytes, node_of_rank, snode):
     """(done time, -1) or (nan, event waited for) or (nan, -2) when it can never complete."""
     if C.is_eager(net, link, sbytes[e], mode[e]):
-        return post_t[e] + net[C.O_S][link], -1
+        return post_t[e] + C.o_send(net, link), -1
     p = psend[e]
     if p < 0:
         return np.nan, -2
@@ -481,7 +474,7 @@ def _recv_done(net, e, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, 
     if np.isnan(arrival[s]):
         arrival[s] = C.arrival_s(net, src, dst, sbytes[s], mode[s], post_t[s], post_t[e])
     link = C.link_of(net, src, dst)
-    return max(post_t[e], arrival[s]) + net[C.O_R][link]
+    return max(post_t[e], arrival[s]) + C.o_recv(net, link)
 
 
 # ------------------------------------------------------------------ preparation (vectorised)
