@@ -90,22 +90,22 @@ def pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, node_host, n_hos
     return np.concatenate(nf_parts), np.concatenate(ni_parts)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def link_of(net, src_node, dst_node):
     return 0 if src_node == dst_node else 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def o_send(net, link):
     return net[0][NF_O_S + link]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def o_recv(net, link):
     return net[0][NF_O_R + link]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def wire_s(net, link, m):
     """Uncontended one-way wire time of ``m`` bytes on link kind ``link``."""
     nf, ni = net
@@ -118,7 +118,7 @@ def wire_s(net, link, m):
     return nf[lo + 2 * s + k] + m / nf[lo + 4 * s + k]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def is_eager(net, link, m, mode):
     """mode 0 standard, 1 synchronous (always rendezvous), 2 buffered (always eager)."""
     if mode == 1:
@@ -128,7 +128,7 @@ def is_eager(net, link, m, mode):
     return m <= net[0][NF_EAGER + link]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def wire_nodes(net, src_node, dst_node, m):
     """Uncontended wire time between two nodes: the link kind's segments, or with route timing
     (inter-node) the route's summed latency plus m over its bottleneck bandwidth."""
@@ -165,7 +165,7 @@ def transfer(net, src_node, dst_node, m, ready):
     return ready + w
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def rendezvous_ready(net, src_node, dst_node, ts, tr):
     """Time the data of a rendezvous message may leave."""
     os_ = o_send(net, link_of(net, src_node, dst_node))

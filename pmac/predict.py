@@ -150,14 +150,33 @@ def resolve_burst_source(sig: Signature, burst_source: str = "auto") -> str:
     return burst_source
 
 
-def unreplayed_starts(ev: pd.DataFrame) -> int:
-    """Startall calls, and Start calls whose request has no Send_init/Recv_init on that rank."""
+def unreplayed_starts(ev: pd.DataFrame, requests: pd.DataFrame | None = None) -> int:
+    """MPI_Start / MPI_Startall calls the replay cannot price: a Start whose request has no
+    Send_init/Recv_init earlier on that rank, a Startall with such a request among the ones it
+    names (``requests`` rows ``req_offset .. + n_requests``), or any Startall without ``requests``."""
     op = ev["op"].to_numpy()
     inits = ev[np.isin(op, (int(Op.SEND_INIT), int(Op.RECV_INIT)))]
-    known = set(zip(inits["rank"].tolist(), inits["request"].tolist()))
+    first_init: dict[tuple[int, int], int] = {}
+    for r, q, s in zip(inits["rank"].tolist(), inits["request"].tolist(), inits["seq"].tolist()):
+        first_init[(r, q)] = min(s, first_init.get((r, q), s))
+
+    def known(r, q, s):
+        return first_init.get((r, q), s) < s
+
     starts = ev[op == int(Op.START)]
-    orphans = sum((r, q) not in known for r, q in zip(starts["rank"].tolist(), starts["request"].tolist()))
-    return int((op == int(Op.STARTALL)).sum()) + orphans
+    n = sum(not known(r, q, s) for r, q, s in zip(starts["rank"].tolist(), starts["request"].tolist(),
+                                                   starts["seq"].tolist()))
+    alls = ev[op == int(Op.STARTALL)]
+    if len(alls) and (requests is None or len(requests) == 0):
+        return n + len(alls)
+    if len(alls):
+        handles = requests["request"].to_numpy()
+        for r, s, off, cnt in zip(alls["rank"].tolist(), alls["seq"].tolist(), alls["req_offset"].tolist(),
+                                  alls["n_requests"].tolist()):
+            off, cnt = int(off), int(cnt)
+            rows = handles[off:off + cnt] if 0 <= off and off + cnt <= handles.size else [None]
+            n += not all(h is not None and known(r, int(h), s) for h in rows)
+    return int(n)
 
 
 def ranks_per_node_for(profile: MachineProfile, ranks_per_node: int | None) -> int:
@@ -240,10 +259,10 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         measured = ev["burst_s"].to_numpy(np.float64)
         bursts_all = np.broadcast_to(measured, (len(profiles), len(ev)))
         notes.append("burst times measured on the traced machine: honest only for that machine")
-    n_started = unreplayed_starts(ev)
+    n_started = unreplayed_starts(ev, sig.requests)
     if n_started:
         notes.append(f"{n_started} MPI_Start/Startall call(s) of persistent requests are not replayed "
-                     "(Startall, or a Start whose *_init is not in the trace): their messages take no time")
+                     "(their Send_init/Recv_init is not in the trace): their messages take no time")
     app = str(sig.header.parameters.get("app", sig.name))
     rows, per_rank, crit, tl = [], [], [], []
     for k, p in enumerate(profiles):

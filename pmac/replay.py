@@ -38,9 +38,10 @@ Semantics (see pmac.collectives for the message and collective models):
 - Persistent requests: an ``MPI_Start`` behaves as the Isend / Irecv its request was created
   for (the latest ``*_INIT`` of that handle on the rank before the Start: peer, tag, size and
   communicator come from there); the Wait on the handle completes it as for an Isend / Irecv.
-  ``MPI_Startall`` (several requests in one call) is not replayed yet: it takes no time.
-- Other calls (init, finalize, probes, communicator calls, ``*_INIT``, Startall, OTHER) take no
-  time.
+  An ``MPI_Startall`` is the Starts of the requests it names (its ``requests`` rows), in that
+  order, at one instant; its timeline row spans them all. A Start whose handle has no earlier
+  ``*_INIT`` on its rank takes no time (pmac.predict names such calls).
+- Other calls (init, finalize, probes, communicator calls, ``*_INIT``, OTHER) take no time.
 - Per rank: ``compute_s`` = sum of bursts; for each call the part before the last partner it
   waits on posted its side (message peer, or the last member to reach a collective) is
   ``wait_s``, the rest of the call's duration is ``comm_s``. ``compute_s + comm_s + wait_s ==
@@ -71,7 +72,7 @@ from . import collectives as C
 from .errors import InputError, ReplayError
 from .profile import LinkModel, NetworkModel
 from .topology import Topology, routes
-from .trace import ANY_SOURCE, NONE, Op, op_name
+from .trace import ANY_SOURCE, COMPLETION_OPS, NONE, Op, op_name
 
 # event kinds in the core
 K_LOCAL, K_SEND, K_RECV, K_SENDRECV, K_ISEND, K_IRECV, K_WAIT, K_COLL, K_ICOLL = range(9)
@@ -189,8 +190,7 @@ def pack_network(network: NetworkModel, placement: np.ndarray, options: ReplayOp
 # ------------------------------------------------------------------ the core
 
 @njit(cache=True)
-def _wake(st, q, kind_, what, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr):
-    bk, bw = st[0], st[1]
+def _wake(bk, bw, q, kind_, what, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr):
     if bk[q] == kind_ and bw[q] == what:
         bk[q] = B_NONE
         if ordered:
@@ -240,7 +240,7 @@ def _heap_pop(keys, vals, hn):
 
 
 @njit(cache=True)
-def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode, rnode, psend, precv,
+def _run(lk, o_r2, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode, rnode, psend, precv,
          wreq_off, wreq_ev, inst_of, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s,
          ordered, want_tl, post_t, end_t, arrival, done_t, cause, comm_out, wait_out, clock, ptr, bk, bw):
     n_ranks = rank_off.shape[0] - 1
@@ -248,7 +248,8 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
     inst_count = np.zeros(n_inst, np.int64)
     inst_maxarr = np.full(n_inst, -np.inf)
     inst_last = np.full(n_inst, -1, np.int64)
-    st = (bk, bw)
+    net, flags, o_s2, eager2, wire, w0 = lk
+    buffered = flags[0]
     heap_keys = np.empty(n_ranks + 1)
     heap_vals = np.empty(n_ranks + 1, np.int64)
     hn = np.zeros(1, np.int64)
@@ -283,10 +284,10 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
                 t0 = clock[r] + burst[e]
                 post_t[e] = t0
                 # ---- posting side effects
-                if (k == K_SEND or k == K_SENDRECV or k == K_ISEND) and snode[e] >= 0:
-                    link = C.link_of(net, node_of_rank[r], snode[e])
-                    if C.is_eager(net, link, sbytes[e], mode[e]) and net[1][C.NI_BUFFERED] != 0:
-                        arrival[e] = C.arrival_s(net, node_of_rank[r], snode[e], sbytes[e], mode[e], t0, t0)
+                if (k == K_SEND or k == K_SENDRECV or k == K_ISEND) and snode[e] >= 0 and buffered != 0:
+                    link = 0 if node_of_rank[r] == snode[e] else 1
+                    if _eager(eager2[link], sbytes[e], mode[e]):
+                        arrival[e] = _arrival(lk, e, node_of_rank[r], snode[e], sbytes[e], mode[e], t0, t0)
                 if k == K_COLL or k == K_ICOLL:
                     i = inst_of[e]
                     inst_count[i] += 1
@@ -311,14 +312,14 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
                             done_t[x] = tt[j]
                             q = ev_rank[x]
                             if q != r:
-                                _wake(st, q, B_INST, i, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr)
+                                _wake(bk, bw, q, B_INST, i, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr)
                 # wake partners waiting for this post
                 y = psend[e]
                 if y >= 0 and (k == K_SEND or k == K_SENDRECV or k == K_ISEND):
-                    _wake(st, ev_rank[y], B_EVENT, e, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr)
+                    _wake(bk, bw, ev_rank[y], B_EVENT, e, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr)
                 y = precv[e]
                 if y >= 0 and (k == K_RECV or k == K_SENDRECV or k == K_IRECV):
-                    _wake(st, ev_rank[y], B_EVENT, e, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr)
+                    _wake(bk, bw, ev_rank[y], B_EVENT, e, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr)
             t0 = post_t[e]
             end = t0
             ref = t0  # latest partner post this call waited for
@@ -326,16 +327,16 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
             blocked = False
             if k == K_SEND or k == K_SENDRECV or k == K_ISEND:
                 if snode[e] >= 0:
-                    link = C.link_of(net, node_of_rank[r], snode[e])
+                    link = 0 if node_of_rank[r] == snode[e] else 1
                     if k == K_ISEND:
-                        end = t0 + C.o_send(net, link)
+                        end = t0 + o_s2[link]
                     else:
-                        d, w = _send_done(net, e, r, link, post_t, arrival, psend, mode, sbytes,
+                        d, w = _send_done(lk, e, r, link, post_t, arrival, psend, mode, sbytes,
                                           node_of_rank, snode)
                         if w == -1:
                             end = max(end, d)
                             p = psend[e]
-                            if p >= 0 and not C.is_eager(net, link, sbytes[e], mode[e]) and post_t[p] > ref:
+                            if p >= 0 and not _eager(eager2[link], sbytes[e], mode[e]) and post_t[p] > ref:
                                 ref = post_t[p]
                                 cz = p
                         else:
@@ -354,7 +355,7 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
                         bk[r] = B_EVENT
                         bw[r] = s
                     else:
-                        d = _recv_done(net, e, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, rnode)
+                        d = _recv_done(lk, o_r2, e, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, rnode)
                         if d > end:
                             end = d
                         if post_t[s] > ref:
@@ -367,8 +368,8 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
                     if kx == K_ISEND:
                         if snode[x] < 0:
                             continue
-                        link = C.link_of(net, node_of_rank[r], snode[x])
-                        d, w = _send_done(net, x, r, link, post_t, arrival, psend, mode, sbytes,
+                        link = 0 if node_of_rank[r] == snode[x] else 1
+                        d, w = _send_done(lk, x, r, link, post_t, arrival, psend, mode, sbytes,
                                           node_of_rank, snode)
                         if w != -1:
                             blocked = True
@@ -378,7 +379,7 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
                         if d > end:
                             end = d
                         p = psend[x]
-                        if p >= 0 and not C.is_eager(net, link, sbytes[x], mode[x]) and post_t[p] > ref:
+                        if p >= 0 and not _eager(eager2[link], sbytes[x], mode[x]) and post_t[p] > ref:
                             ref = post_t[p]
                             cz = p
                     elif kx == K_IRECV:
@@ -395,7 +396,7 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
                             bk[r] = B_EVENT
                             bw[r] = s
                             break
-                        d = _recv_done(net, x, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, rnode)
+                        d = _recv_done(lk, o_r2, x, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, rnode)
                         if d > end:
                             end = d
                         if post_t[s] > ref:
@@ -452,29 +453,318 @@ def _run(net, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode,
     return done
 
 
+@njit(cache=True, inline="always")
+def _eager(threshold, m, mode):
+    """mode 0 standard, 1 synchronous (always rendezvous), 2 buffered (always eager)."""
+    if mode == 1:
+        return False
+    if mode == 2:
+        return True
+    return m <= threshold
+
+
 @njit(cache=True)
-def _send_done(net, e, r, link, post_t, arrival, psend, mode, sbytes, node_of_rank, snode):
+def _arrival(lk, s, src_node, dst_node, m, mode, ts, tr):
+    """pmac.collectives.arrival_s for send event ``s`` with its precomputed wire times (the same
+    arithmetic); under contention inter-node transfers go through collectives.transfer."""
+    net, flags, o_s2, eager2, wire, w0 = lk
+    link = 0 if src_node == dst_node else 1
+    if _eager(eager2[link], m, mode):
+        ready = ts + o_s2[link]
+        if flags[0] == 0 and tr > ready:
+            ready = tr
+    elif flags[1] != 0:
+        l0 = w0[s]
+        ready = max(ts + o_s2[link] + l0, tr) + l0
+    else:
+        ready = max(ts + o_s2[link], tr)
+    if link == 1 and flags[2] != 0:
+        return C.transfer(net, src_node, dst_node, m, ready)
+    return ready + wire[s]
+
+
+@njit(cache=True)
+def _send_done(lk, e, r, link, post_t, arrival, psend, mode, sbytes, node_of_rank, snode):
     """(done time, -1) or (nan, event waited for) or (nan, -2) when it can never complete."""
-    if C.is_eager(net, link, sbytes[e], mode[e]):
-        return post_t[e] + C.o_send(net, link), -1
+    if _eager(lk[3][link], sbytes[e], mode[e]):
+        return post_t[e] + lk[2][link], -1
     p = psend[e]
     if p < 0:
         return np.nan, -2
     if np.isnan(post_t[p]):
         return np.nan, p
     if np.isnan(arrival[e]):
-        arrival[e] = C.arrival_s(net, node_of_rank[r], snode[e], sbytes[e], mode[e], post_t[e], post_t[p])
+        arrival[e] = _arrival(lk, e, node_of_rank[r], snode[e], sbytes[e], mode[e], post_t[e], post_t[p])
     return arrival[e], -1
 
 
 @njit(cache=True)
-def _recv_done(net, e, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, rnode):
+def _recv_done(lk, o_r2, e, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, rnode):
     src = rnode[e]
     dst = node_of_rank[ev_rank[e]]
     if np.isnan(arrival[s]):
-        arrival[s] = C.arrival_s(net, src, dst, sbytes[s], mode[s], post_t[s], post_t[e])
-    link = C.link_of(net, src, dst)
-    return max(post_t[e], arrival[s]) + C.o_recv(net, link)
+        arrival[s] = _arrival(lk, s, src, dst, sbytes[s], mode[s], post_t[s], post_t[e])
+    link = 0 if src == dst else 1
+    return max(post_t[e], arrival[s]) + o_r2[link]
+
+
+@njit(cache=True)
+def _wire_times(net, kind, rank, node_of_rank, snode, sbytes, wire, w0):
+    """Uncontended wire time of every send's message, and of an empty message on its path."""
+    last_m = np.full(2, -1.0)
+    last_w = np.zeros(2)
+    zero_w = np.zeros(2)
+    for k in range(2):
+        zero_w[k] = C.wire_s(net, k, 0.0)
+    per_route = net[1][C.NI_ROUTE_TIMING] != 0
+    for e in range(kind.shape[0]):
+        d = snode[e]
+        if d < 0 or not _is_send(kind[e]):
+            continue
+        src = node_of_rank[rank[e]]
+        link = 0 if src == d else 1
+        m = sbytes[e]
+        if per_route and link == 1:
+            wire[e] = C.wire_nodes(net, src, d, m)
+            w0[e] = C.wire_nodes(net, src, d, 0.0)
+            continue
+        if m != last_m[link]:
+            last_m[link] = m
+            last_w[link] = C.wire_s(net, link, m)
+        wire[e] = last_w[link]
+        w0[e] = zero_w[link]
+
+
+# ------------------------------------------------------------------ preparation (numba passes)
+# A growable open-addressing hash table of (a, b) int64 key pairs -> dense ids 0, 1, ... in order
+# of first insertion: arrays (ta, tb, tv), tv[slot] = id or -1.
+
+@njit(cache=True)
+def _ht_new(cap):
+    return np.empty(cap, np.int64), np.empty(cap, np.int64), np.full(cap, -1, np.int64)
+
+
+@njit(cache=True)
+def _ht_slot(ta, tb, tv, a, b):
+    mask = tv.shape[0] - 1
+    h = a * -7046029254386353131 + b * 1442695040888963407
+    h = (h ^ (h >> 31)) & mask
+    while tv[h] >= 0 and (ta[h] != a or tb[h] != b):
+        h = (h + 1) & mask
+    return h
+
+
+@njit(cache=True)
+def _ht_id(tabs, a, b, n_keys):
+    """(id of key (a, b), inserting it as id n_keys when new; the tables, grown when half full)."""
+    ta, tb, tv = tabs
+    h = _ht_slot(ta, tb, tv, a, b)
+    if tv[h] >= 0:
+        return tv[h], tabs
+    ta[h], tb[h], tv[h] = a, b, n_keys
+    if 2 * (n_keys + 1) > tv.shape[0]:
+        na, nb, nv = _ht_new(2 * tv.shape[0])
+        for s in range(tv.shape[0]):
+            if tv[s] >= 0:
+                g = _ht_slot(na, nb, nv, ta[s], tb[s])
+                na[g], nb[g], nv[g] = ta[s], tb[s], tv[s]
+        tabs = (na, nb, nv)
+    return n_keys, tabs
+
+
+@njit(cache=True)
+def _ht_get(tabs, a, b):
+    ta, tb, tv = tabs
+    return tv[_ht_slot(ta, tb, tv, a, b)]
+
+
+@njit(cache=True, inline="always")
+def _is_send(k):
+    return k == K_SEND or k == K_SENDRECV or k == K_ISEND
+
+
+@njit(cache=True, inline="always")
+def _is_recv(k):
+    return k == K_RECV or k == K_SENDRECV or k == K_IRECV
+
+
+@njit(cache=True)
+def _scan(op, rank, dest, source, burst, n_ranks, kind_lut, mode_lut, node_of_rank, kind, mode, snode, rnode):
+    """Kinds, modes and peer nodes of every event; (error code, event) of the first bad one:
+    1 destination or 2 source not a rank, 3 receive still MPI_ANY_SOURCE, 4 bad burst, 5 rank out
+    of range."""
+    for e in range(op.shape[0]):
+        if not (burst[e] >= 0.0 and burst[e] < np.inf):
+            return 4, e
+        if rank[e] < 0 or rank[e] >= n_ranks:
+            return 5, e
+        o = op[e] & 0xFF
+        k = kind_lut[o]
+        kind[e] = k
+        mode[e] = mode_lut[o]
+        snode[e] = -1
+        rnode[e] = -1
+        if _is_send(k):
+            d = dest[e]
+            if d >= n_ranks or d < NONE:
+                return 1, e
+            if d >= 0:
+                snode[e] = node_of_rank[d]
+        if _is_recv(k):
+            s = source[e]
+            if s == ANY_SOURCE:
+                return 3, e
+            if s >= n_ranks or s < NONE:
+                return 2, e
+            if s >= 0:
+                rnode[e] = node_of_rank[s]
+    return 0, -1
+
+
+@njit(cache=True)
+def _match(kind, rank, dest, source, comm, send_tag, recv_tag, psend, precv):
+    """Point-to-point matching: the k-th send of (comm, source, dest, tag) to the k-th receive of
+    the same key, in event order (MPI's non-overtaking rule); a (comm, source, dest) pair with a
+    MPI_ANY_TAG receive ignores tags. Fills psend / precv (partner event, P_NULL, P_UNMATCHED) and
+    returns the number of matched messages. O(n) with hash tables, no sort."""
+    n = kind.shape[0]
+    wild = _ht_new(64)
+    n_wild = 0
+    for e in range(n):
+        if _is_recv(kind[e]) and source[e] >= 0 and recv_tag[e] < 0:
+            key, wild = _ht_id(wild, (np.int64(comm[e]) << 32) | source[e], rank[e], n_wild)
+            if key == n_wild:
+                n_wild += 1
+    keys = _ht_new(1024)
+    n_keys = 0
+    s_key = np.full(n, -1, np.int64)
+    r_key = np.full(n, -1, np.int64)
+    cnt = np.zeros(1024, np.int64)  # per key: receives seen, then sends seen
+    for e in range(n):
+        k = kind[e]
+        psend[e] = P_UNMATCHED
+        precv[e] = P_UNMATCHED
+        for side in range(2):
+            if side == 0:
+                if not _is_send(k):
+                    continue
+                if dest[e] < 0:
+                    psend[e] = P_NULL
+                    continue
+                src, dst, tag = np.int64(rank[e]), np.int64(dest[e]), np.int64(send_tag[e])
+            else:
+                if not _is_recv(k):
+                    continue
+                if source[e] < 0:
+                    precv[e] = P_NULL
+                    continue
+                src, dst, tag = np.int64(source[e]), np.int64(rank[e]), np.int64(recv_tag[e])
+            a = np.int64(comm[e]) << 32
+            if n_wild and _ht_get(wild, a | src, dst) >= 0:
+                tag = 0
+            key, keys = _ht_id(keys, a | (tag & 0xFFFFFFFF), (src << 32) | dst, n_keys)
+            if key == n_keys:
+                n_keys += 1
+                if n_keys > cnt.shape[0]:
+                    c2 = np.zeros(2 * cnt.shape[0], np.int64)
+                    c2[:cnt.shape[0]] = cnt
+                    cnt = c2
+            if side == 0:
+                s_key[e] = key
+            else:
+                r_key[e] = key
+                cnt[key] += 1
+    # receives of each key in event order: slots rslot[roff[key] ...]
+    roff = np.zeros(n_keys + 1, np.int64)
+    for i in range(n_keys):
+        roff[i + 1] = roff[i] + cnt[i]
+    rslot = np.empty(roff[n_keys], np.int64)
+    for i in range(n_keys):
+        cnt[i] = 0
+    for e in range(n):
+        key = r_key[e]
+        if key >= 0:
+            rslot[roff[key] + cnt[key]] = e
+            cnt[key] += 1
+    for i in range(n_keys):
+        cnt[i] = 0
+    n_msg = 0
+    for e in range(n):
+        key = s_key[e]
+        if key >= 0:
+            j = cnt[key]
+            cnt[key] += 1
+            if j < roff[key + 1] - roff[key]:
+                x = rslot[roff[key] + j]
+                psend[e] = x
+                precv[x] = e
+                n_msg += 1
+    return n_msg
+
+
+@njit(cache=True)
+def _resolve_waits(kind, op, rank, request, req_offset, n_requests, req_rank, req_handle, req_done, wreq_off):
+    """For each completion call, the events that created the requests it completes (all for
+    Wait/Waitall, the completed ones for the others): the latest Isend/Irecv/I-collective with the
+    same handle earlier on the same rank, in event order. Fills wreq_off (CSR) and returns
+    (wreq_ev, error code, event): 1 rows outside the requests table, 2 rows of another rank."""
+    n = kind.shape[0]
+    n_rows = req_rank.shape[0]
+    out = np.empty(n_rows, np.int64)
+    m = 0
+    tabs = _ht_new(1024)
+    n_keys = 0
+    creator = np.empty(1024, np.int64)
+    wreq_off[0] = 0
+    for e in range(n):
+        k = kind[e]
+        if (k == K_ISEND or k == K_IRECV or k == K_ICOLL) and request[e] != NONE:
+            key, tabs = _ht_id(tabs, np.int64(rank[e]), request[e], n_keys)
+            if key == n_keys:
+                n_keys += 1
+                if n_keys > creator.shape[0]:
+                    c2 = np.empty(2 * creator.shape[0], np.int64)
+                    c2[:creator.shape[0]] = creator
+                    creator = c2
+            creator[key] = e
+        elif k == K_WAIT and n_requests[e] > 0:
+            lo = req_offset[e]
+            hi = lo + n_requests[e]
+            if lo < 0 or hi > n_rows:
+                return out[:0], 1, e
+            all_done = op[e] == 50 or op[e] == 51  # Wait, Waitall
+            first = m
+            for row in range(lo, hi):
+                if req_rank[row] != rank[e]:
+                    return out[:0], 2, e
+                if not all_done and req_done[row] != 1:
+                    continue
+                key = _ht_get(tabs, np.int64(rank[e]), req_handle[row])
+                if key < 0:
+                    continue
+                c = creator[key]
+                j = m  # insertion sort by creator (stable)
+                while j > first and out[j - 1] > c:
+                    out[j] = out[j - 1]
+                    j -= 1
+                out[j] = c
+                m += 1
+        wreq_off[e + 1] = m
+    return out[:m], 0, -1
+
+
+@njit(cache=True)
+def _bytes_moved(kind, rank, snode, sbytes, precv, n_ranks):
+    """Bytes of point-to-point sends posted per rank and bytes received through matched messages."""
+    sent = np.zeros(n_ranks)
+    got = np.zeros(n_ranks)
+    for e in range(kind.shape[0]):
+        if _is_send(kind[e]) and snode[e] >= 0:
+            sent[rank[e]] += sbytes[e]
+        s = precv[e]
+        if s >= 0:
+            got[rank[e]] += sbytes[s]
+    return sent, got
 
 
 # ------------------------------------------------------------------ preparation (vectorised)
@@ -575,6 +865,8 @@ class _Prepared:
     inst_table_s: np.ndarray
     node_of_rank: np.ndarray
     n_messages: int
+    #: with Startall calls expanded into one row per request: the first row of each original event
+    first_of: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -604,6 +896,53 @@ def _starts_as_nonblocking(rank: np.ndarray, cols: dict) -> None:
     cols["op"][s_ev] = np.where(cols["op"][i_ev] == Op.SEND_INIT, int(Op.ISEND), int(Op.IRECV))
 
 
+@njit(cache=True)
+def _sorted_by_rank_seq(rank, seq):
+    for e in range(1, rank.shape[0]):
+        if rank[e] < rank[e - 1] or (rank[e] == rank[e - 1] and seq[e] <= seq[e - 1]):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _op_histogram(op):
+    out = np.zeros(256, np.int64)
+    for e in range(op.shape[0]):
+        out[op[e] & 0xFF] += 1
+    return out
+
+
+def _startall_as_starts(rank, seq, burst, cols, requests):
+    """Expand each MPI_Startall into one MPI_Start row per request it names (its requests rows, in
+    order; the first row keeps the burst, the others follow at once). Returns the new rank, seq and
+    burst, rewrites ``cols`` (``display_op`` keeps STARTALL for messages) and the first row of each
+    original event."""
+    op = cols["op"]
+    is_all = op == Op.STARTALL
+    cnt = np.where(is_all, np.maximum(cols["n_requests"], 1), 1).astype(np.int64)
+    first_of = np.cumsum(cnt) - cnt
+    src = np.repeat(np.arange(op.size), cnt)
+    within = np.arange(src.size) - first_of[src]
+    cols.update({k: v[src] for k, v in cols.items()})
+    sub = is_all[src] & (cols["n_requests"] > 0)
+    cols["display_op"] = cols["op"].copy()
+    cols["op"][is_all[src]] = Op.START
+    if sub.any():
+        if requests is None:
+            raise InputError("events have MPI_Startall calls but no requests table was given")
+        handles = _col(requests, "request", np.int64)
+        rows = cols["req_offset"][sub] + within[sub]
+        if rows.min() < 0 or rows.max() >= handles.size:
+            e = int(src[sub][(rows < 0) | (rows >= handles.size)][0])
+            raise InputError(f"rank {int(rank[e])} STARTALL (seq {int(seq[e])}): req_offset/n_requests point "
+                             "outside the requests table")
+        cols["request"][sub] = handles[rows]
+    cols["req_offset"][is_all[src]] = NONE
+    cols["n_requests"][is_all[src]] = 0
+    new_burst = np.where(within == 0, burst[src], 0.0)
+    return rank[src], seq[src], new_burst, first_of
+
+
 def _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks) -> _Prepared:
     rank = _col(events, "rank", np.int32)
     seq = _col(events, "seq", np.int64)
@@ -612,149 +951,83 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     burst = np.array(events["burst_s"] if burst_s is None else burst_s, dtype=np.float64, copy=True)
     if burst.shape != (n,):
         raise InputError(f"burst_s has {burst.size} values for {n} events")
-    if n and (not np.all(np.isfinite(burst)) or burst.min() < 0):
-        raise InputError("burst_s must be finite and >= 0")
-    order = None
-    if n > 1:
-        d_rank = np.diff(rank)
-        if np.any(d_rank < 0) or np.any((d_rank == 0) & (np.diff(seq) <= 0)):
-            order = np.lexsort((seq, rank))
     cols = {}
     for name, dt in (("op", np.int16), ("comm", np.int32), ("dest", np.int32), ("source", np.int32),
                      ("send_tag", np.int32), ("recv_tag", np.int32), ("send_bytes", np.int64),
                      ("recv_bytes", np.int64), ("root", np.int32), ("request", np.int64),
                      ("req_offset", np.int64), ("n_requests", np.int32)):
         cols[name] = _col(events, name, dt)
-    if order is not None:
+    order = None
+    if n > 1 and not _sorted_by_rank_seq(rank, seq):
+        order = np.lexsort((seq, rank))
         rank, seq, burst = rank[order], seq[order], burst[order]
         cols = {k: v[order] for k, v in cols.items()}
-    if n and rank.min() < 0:
+    if n and rank[0] < 0:
         raise InputError("events: negative rank")
     if n_ranks is None:
-        n_ranks = int(rank.max()) + 1 if n else 0
-    elif n and rank.max() >= n_ranks:
-        raise InputError(f"events name rank {int(rank.max())} but n_ranks is {n_ranks}")
-    rank_off = np.zeros(n_ranks + 1, np.int64)
-    rank_off[1:] = np.cumsum(np.bincount(rank, minlength=n_ranks))
+        n_ranks = int(rank[-1]) + 1 if n else 0
+    elif n and rank[-1] >= n_ranks:
+        raise InputError(f"events name rank {int(rank[-1])} but n_ranks is {n_ranks}")
     if placement is None:
         node_of_rank = np.zeros(n_ranks, np.int64)
     else:
         node_of_rank = np.array(placement, dtype=np.int64, copy=True)
         if node_of_rank.shape != (n_ranks,) or (n_ranks and node_of_rank.min() < 0):
             raise InputError(f"placement must give a node >= 0 for each of the {n_ranks} ranks")
-    _starts_as_nonblocking(rank, cols)
+    op_count = _op_histogram(cols["op"])
+    first_of = None
+    if op_count[Op.STARTALL]:
+        rank, seq, burst, first_of = _startall_as_starts(rank, seq, burst, cols, requests)
+        n = rank.size
+    if op_count[Op.START] or op_count[Op.STARTALL]:
+        _starts_as_nonblocking(rank, cols)
+    rank_off = np.zeros(n_ranks + 1, np.int64)
+    rank_off[1:] = np.cumsum(np.bincount(rank, minlength=n_ranks))
     op = cols["op"]
-    kind = _KIND[op.astype(np.int64) & 0xFF]
-    mode = _MODE[op.astype(np.int64) & 0xFF]
-    dest, source = cols["dest"], cols["source"]
-    idx = np.arange(n, dtype=np.int64)
+    dest, source, comm = cols["dest"], cols["source"], cols["comm"]
+    kind = np.empty(n, np.int8)
+    mode = np.empty(n, np.int8)
+    snode = np.empty(n, np.int64)
+    rnode = np.empty(n, np.int64)
+    display_op = cols.pop("display_op", op)
 
     def where_str(e):
-        return f"rank {int(rank[e])} {op_name(op[e])} (seq {int(seq[e])})"
+        return f"rank {int(rank[e])} {op_name(display_op[e])} (seq {int(seq[e])})"
 
-    # ---- point-to-point endpoints
-    has_send = np.isin(kind, (K_SEND, K_SENDRECV, K_ISEND))
-    has_recv = np.isin(kind, (K_RECV, K_SENDRECV, K_IRECV))
-    for arr, what, mask in ((dest, "destination", has_send), (source, "source", has_recv)):
-        bad = mask & ((arr >= n_ranks) | (arr < NONE) & (arr != ANY_SOURCE))
-        if bad.any():
-            e = int(np.flatnonzero(bad)[0])
-            raise ReplayError(f"{where_str(e)}: {what} {int(arr[e])} is not a rank of this trace")
-    bad = has_recv & (source == ANY_SOURCE)
-    if bad.any():
-        e = int(np.flatnonzero(bad)[0])
+    err, e = _scan(op, rank, dest, source, burst, n_ranks, _KIND, _MODE, node_of_rank, kind, mode, snode, rnode)
+    if err == 4:
+        raise InputError("burst_s must be finite and >= 0")
+    if err in (1, 2):
+        what, arr = ("destination", dest) if err == 1 else ("source", source)
+        raise ReplayError(f"{where_str(e)}: {what} {int(arr[e])} is not a rank of this trace")
+    if err == 3:
         raise ReplayError(f"{where_str(e)}: receive from MPI_ANY_SOURCE without the status source; "
                           "cannot match it")
-    s_idx = idx[has_send & (dest >= 0)]
-    r_idx = idx[has_recv & (source >= 0)]
-    comm = cols["comm"]
-    s_key = [comm[s_idx].astype(np.int64), rank[s_idx].astype(np.int64), dest[s_idx].astype(np.int64)]
-    r_key = [comm[r_idx].astype(np.int64), source[r_idx].astype(np.int64), rank[r_idx].astype(np.int64)]
-    s_tag = cols["send_tag"][s_idx].astype(np.int64)
-    r_tag = cols["recv_tag"][r_idx].astype(np.int64)
-    wild = r_tag < 0
-    if wild.any():
-        pair = lambda k: (k[0] * n_ranks + k[1]) * n_ranks + k[2]  # noqa: E731
-        wild_pairs = np.unique(pair(r_key)[wild])
-        s_tag = np.where(np.isin(pair(s_key), wild_pairs), 0, s_tag)
-        r_tag = np.where(np.isin(pair(r_key), wild_pairs), 0, r_tag)
-    _, s_ord = _ordinals(s_key + [s_tag], s_idx)
-    _, r_ord = _ordinals(r_key + [r_tag], r_idx)
-    allk = [np.concatenate([a, b]) for a, b in zip(s_key + [s_tag, s_ord], r_key + [r_tag, r_ord])]
-    side = np.concatenate([np.zeros(s_idx.size, np.int8), np.ones(r_idx.size, np.int8)])
-    ev = np.concatenate([s_idx, r_idx])
-    o = np.lexsort([side] + allk[::-1])
-    psend = np.full(n, P_UNMATCHED, np.int64)
-    precv = np.full(n, P_UNMATCHED, np.int64)
-    psend[has_send & (dest < 0)] = P_NULL
-    precv[has_recv & (source < 0)] = P_NULL
-    n_messages = 0
-    if o.size > 1:
-        eq = np.ones(o.size - 1, bool)
-        for k in allk:
-            ks = k[o]
-            eq &= ks[1:] == ks[:-1]
-        sd = side[o]
-        m = eq & (sd[:-1] == 0) & (sd[1:] == 1)
-        a, b = ev[o][:-1][m], ev[o][1:][m]
-        psend[a] = b
-        precv[b] = a
-        n_messages = int(m.sum())
-    snode = np.where(has_send & (dest >= 0), node_of_rank[np.clip(dest, 0, None)], -1).astype(np.int64)
-    rnode = np.where(has_recv & (source >= 0), node_of_rank[np.clip(source, 0, None)], -1).astype(np.int64)
+    # ---- point-to-point matching (hash tables, O(n))
+    psend = np.empty(n, np.int64)
+    precv = np.empty(n, np.int64)
+    n_messages = int(_match(kind, rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], psend, precv))
 
     # ---- requests of completion calls -> the events that created them
-    is_wait = kind == K_WAIT
-    creators = idx[np.isin(kind, (K_ISEND, K_IRECV, K_ICOLL)) & (cols["request"] != NONE)]
-    w_ev = idx[is_wait & (cols["n_requests"] > 0)]
     wreq_off = np.zeros(n + 1, np.int64)
     wreq_ev = np.zeros(0, np.int64)
-    if w_ev.size:
+    if any(op_count[o] for o in COMPLETION_OPS):
         if requests is None:
-            raise InputError("events have wait/test calls but no requests table was given")
-        req_rank = _col(requests, "rank", np.int32)
-        req_handle = _col(requests, "request", np.int64)
-        req_done = _col(requests, "completed", np.int8)
-        counts = cols["n_requests"][w_ev].astype(np.int64)
-        owner = np.repeat(w_ev, counts)
-        starts = np.repeat(cols["req_offset"][w_ev], counts)
-        within = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        rows = starts + within
-        if rows.size and (rows.min() < 0 or rows.max() >= req_rank.size):
-            e = int(owner[(rows < 0) | (rows >= req_rank.size)][0])
-            raise InputError(f"{where_str(e)}: req_offset/n_requests point outside the requests table")
-        if np.any(req_rank[rows] != rank[owner]):
-            e = int(owner[req_rank[rows] != rank[owner]][0])
-            raise InputError(f"{where_str(e)}: its requests rows belong to another rank")
-        all_done = np.isin(op[owner], (Op.WAIT, Op.WAITALL))
-        keep = all_done | (req_done[rows] == 1)
-        owner, rows = owner[keep], rows[keep]
-        # resolve handle -> latest creator on the same rank before the completion call
-        h_c = cols["request"][creators]
-        r_all = np.concatenate([rank[creators].astype(np.int64), rank[owner].astype(np.int64)])
-        h_all = np.concatenate([h_c, req_handle[rows]])
-        s_all = np.concatenate([creators, owner])  # event index orders calls within a rank
-        t_all = np.concatenate([np.zeros(creators.size, np.int8), np.ones(owner.size, np.int8)])
-        o2 = np.lexsort((t_all, s_all, h_all, r_all))
-        pos = np.where(t_all[o2] == 0, np.arange(o2.size), -1)
-        np.maximum.accumulate(pos, out=pos)
-        use = t_all[o2] == 1
-        cpos = pos[use]
-        use_rows = o2[use] - creators.size
-        ok = cpos >= 0
-        cre = np.full(use_rows.size, -1, np.int64)
-        cand = o2[np.clip(cpos, 0, None)]
-        ok &= (r_all[cand] == r_all[o2[use]]) & (h_all[cand] == h_all[o2[use]])
-        cre[ok] = s_all[cand[ok]]
-        w_owner = owner[use_rows]
-        sel = cre >= 0
-        w_owner, cre = w_owner[sel], cre[sel]
-        o3 = np.lexsort((cre, w_owner))
-        w_owner, wreq_ev = w_owner[o3], np.ascontiguousarray(cre[o3])
-        wreq_off[1:] = np.cumsum(np.bincount(w_owner, minlength=n))
+            if np.any((kind == K_WAIT) & (cols["n_requests"] > 0)):
+                raise InputError("events have wait/test calls but no requests table was given")
+        else:
+            wreq_ev, err, e = _resolve_waits(kind, op, rank, cols["request"], cols["req_offset"],
+                                             cols["n_requests"], _col(requests, "rank", np.int32),
+                                             _col(requests, "request", np.int64),
+                                             _col(requests, "completed", np.int8), wreq_off)
+            if err == 1:
+                raise InputError(f"{where_str(e)}: req_offset/n_requests point outside the requests table")
+            if err == 2:
+                raise InputError(f"{where_str(e)}: its requests rows belong to another rank")
+    op = display_op
 
     # ---- collective instances: the k-th collective on a communicator of each member
-    coll = idx[np.isin(kind, (K_COLL, K_ICOLL))]
+    coll = np.flatnonzero((kind == K_COLL) | (kind == K_ICOLL))
     inst_of = np.full(n, -1, np.int64)
     inst_off = np.zeros(1, np.int64)
     inst_ev = np.zeros(0, np.int64)
@@ -842,7 +1115,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
                      psend=psend, precv=precv, wreq_off=wreq_off, wreq_ev=np.ascontiguousarray(wreq_ev),
                      inst_of=inst_of, inst_off=inst_off, inst_ev=inst_ev, inst_op=inst_op,
                      inst_root=inst_root, inst_bytes=inst_bytes, inst_table_s=inst_table,
-                     node_of_rank=node_of_rank, n_messages=n_messages,
+                     node_of_rank=node_of_rank, n_messages=n_messages, first_of=first_of,
                      extra={"order": order, "dest": dest, "source": source, "comm": comm})
 
 
@@ -906,7 +1179,13 @@ def replay(events, burst_s=None, placement=None, network: NetworkModel | None = 
     if progress:
         progress(0.1, "replaying")
     ev_rank = np.concatenate([prep.rank.astype(np.int64), [-1]])
-    ok = _run(net, prep.rank_off, prep.kind, prep.mode, prep.burst, prep.sbytes, ev_rank, prep.node_of_rank,
+    wire = np.zeros(n)
+    w0 = np.zeros(n)
+    _wire_times(net, prep.kind, prep.rank, prep.node_of_rank, prep.snode, prep.sbytes, wire, w0)
+    nf, ni = net
+    flags = ni[C.NI_BUFFERED:C.NI_CONTENTION + 1].copy()
+    lk = (net, flags, nf[C.NF_O_S:C.NF_O_S + 2].copy(), nf[C.NF_EAGER:C.NF_EAGER + 2].copy(), wire, w0)
+    ok = _run(lk, nf[C.NF_O_R:C.NF_O_R + 2].copy(), prep.rank_off, prep.kind, prep.mode, prep.burst, prep.sbytes, ev_rank, prep.node_of_rank,
               prep.snode, prep.rnode, prep.psend, prep.precv, prep.wreq_off, prep.wreq_ev, prep.inst_of,
               prep.inst_off, prep.inst_ev, prep.inst_op, prep.inst_root, prep.inst_bytes, prep.inst_table_s,
               bool(options.contention), bool(options.timeline), post_t, end_t, arrival, done_t, cause,
@@ -916,16 +1195,19 @@ def replay(events, burst_s=None, placement=None, network: NetworkModel | None = 
     compute = np.bincount(prep.rank, weights=prep.burst, minlength=p) if n else np.zeros(p)
     finish = clock.copy()
     crit = _critical(prep, post_t, cause, finish)
-    snd = np.isin(prep.kind, (K_SEND, K_SENDRECV, K_ISEND)) & (prep.snode >= 0)
-    got = prep.precv >= 0
-    sent = np.bincount(prep.rank[snd], weights=prep.sbytes[snd], minlength=p)
-    received = np.bincount(prep.rank[got], weights=prep.sbytes[prep.precv[got]], minlength=p)
-    res = dict(n_ranks=p, n_events=n, finish_s=finish, compute_s=compute, comm_s=comm_out, wait_s=wait_out,
+    sent, received = _bytes_moved(prep.kind, prep.rank, prep.snode, prep.sbytes, prep.precv, p)
+    first = prep.first_of
+    res = dict(n_ranks=p, n_events=n if first is None else first.size, finish_s=finish, compute_s=compute, comm_s=comm_out, wait_s=wait_out,
                critical_rank_s=crit, n_collectives=int(prep.inst_off.size - 1), n_messages=prep.n_messages,
                options=options, sent_bytes=sent, received_bytes=received)
     if options.timeline:
-        res.update(event_rank=prep.rank, event_seq=prep.seq, event_op=prep.op, start_s=post_t[:n].copy(),
-                   end_s=end_t[:n].copy())
+        if first is None:
+            res.update(event_rank=prep.rank, event_seq=prep.seq, event_op=prep.op, start_s=post_t[:n].copy(),
+                       end_s=end_t[:n].copy())
+        else:  # Startall rows expanded: the call starts with its first request and ends with its last
+            last = np.append(first[1:], n) - 1
+            res.update(event_rank=prep.rank[first], event_seq=prep.seq[first], event_op=prep.op[first],
+                       start_s=post_t[first], end_s=end_t[last])
     if progress:
         progress(1.0, "done")
     return ReplayResult(**res)

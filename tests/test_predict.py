@@ -166,4 +166,13 @@ def test_persistent_requests_are_named_as_not_replayed():
     # with their Send_init/Recv_init in the trace they are replayed (tests/test_replay.py) and not named
     ev2 = pd.concat([ev, pd.DataFrame([dict(ev.iloc[0]) | dict(seq=-1, op=int(pp.Op.SEND_INIT))])], ignore_index=True)
     assert pp.unreplayed_starts(ev2) == 1
+    # a Startall is replayed when every request it names has its *_init earlier on the rank
+    rows = pd.DataFrame([dict(rank=0, seq=10, op=int(pp.Op.SEND_INIT), request=5),
+                         dict(rank=0, seq=11, op=int(pp.Op.STARTALL), req_offset=0, n_requests=2),
+                         dict(rank=0, seq=12, op=int(pp.Op.STARTALL), req_offset=1, n_requests=1)])
+    reqs = pd.DataFrame(dict(rank=[0, 0], request=[5, 9]))
+    assert pp.unreplayed_starts(rows, reqs) == 2      # both name handle 9, which has no init
+    assert pp.unreplayed_starts(rows.iloc[[0, 2]], reqs.assign(request=[9, 5])) == 0   # names handle 5 only
+    assert pp.unreplayed_starts(rows.iloc[[0, 2]], reqs.iloc[:1]) == 1   # its row is outside the table
+    assert pp.unreplayed_starts(rows, None) == 2     # no requests table: cannot tell what they start
     assert not any("persistent" in n for n in pp.predict(sig, [two_level_profile()], burst_source="measured").notes)

@@ -546,6 +546,42 @@ def test_simgrid_platforms_import(shared_dir):
     assert tor.n_hosts == 12
 
 
+def test_startall_replays_as_the_isend_irecv_of_its_requests():
+    """Send_init/Recv_init once, then Startall over both + Waitall per iteration: the same times as
+    Irecv + Isend + Waitall; the timeline keeps one row per call of the trace."""
+    m = 70000  # above the eager threshold of net1(): the rendezvous needs the receive posted
+
+    def build(persistent):
+        t = Trace(2)
+        if persistent:
+            for r in (0, 1):
+                t.add(r, Op.SEND_INIT, dest=1 - r, send_bytes=m, send_tag=3, request=1)
+                t.add(r, Op.RECV_INIT, source=1 - r, recv_bytes=m, recv_tag=3, request=2)
+        for it in range(4):
+            for r in (0, 1):
+                b = 1e-6 * (r + 1) * (it + 1)
+                if persistent:
+                    t.waitall(r, [2, 1], op=Op.STARTALL, burst_s=b)
+                else:
+                    t.add(r, Op.IRECV, source=1 - r, recv_bytes=m, recv_tag=3, request=2, burst_s=b)
+                    t.add(r, Op.ISEND, dest=1 - r, send_bytes=m, send_tag=3, request=1)
+                t.waitall(r, [2, 1])
+        return t
+
+    ref = build(False).run()
+    t = build(True)
+    res = replay(t.events(), None, None, net1(), ReplayOptions(timeline=True), requests=t.requests(), n_ranks=2)
+    assert res.n_messages == ref.n_messages == 8
+    assert res.makespan_s == approx(ref.makespan_s) and res.makespan_s > 4 * m / B
+    np.testing.assert_allclose(res.finish_s, ref.finish_s, rtol=REL)
+    np.testing.assert_allclose(res.wait_s, ref.wait_s, rtol=REL)
+    check_split(res)
+    assert res.n_events == len(t.events()) == 2 * (2 + 4 * 2)
+    sa = res.event_op == Op.STARTALL
+    assert sa.sum() == 8 and np.all(res.end_s[sa] >= res.start_s[sa])
+    assert list(res.event_seq[res.event_rank == 0]) == list(range(10))
+
+
 def test_persistent_requests_replay_as_their_isend_irecv():
     """Send_init/Recv_init once, then Start + Wait per iteration: the same times as Isend/Irecv +
     Wait with those parameters; the caller's table is left as it was."""
