@@ -5,7 +5,9 @@ The file layout is described at the top of ``pmac/shim/runtime.h``: a 128-byte h
 
 - accepts a file cut inside a record (a killed program) and reports the cut;
 - translates communicator-local ranks to world ranks with the members the shim recorded,
-  and gives communicators ids that agree across ranks (key: member list + occurrence);
+  and gives communicators ids that agree across ranks (key: member list + occurrence); the
+  peers named on an intercommunicator are ranks of its remote group, and its ``comms`` rows
+  list both groups, the one holding the lower world rank first (the same on both sides);
 - renumbers request handles (which MPI reuses) as the ``seq`` of the call that created them,
   so a wait names the request of its own isend/irecv even when the handle was recycled;
 - checks that every send has a receive (same communicator, source, destination, tag).
@@ -42,8 +44,13 @@ assert HEADER_DTYPE.itemsize == HEADER_BYTES and RECORD_DTYPE.itemsize == RECORD
 T_EVENT, T_REQ, T_VCOUNT, T_COMMDEF, T_MEMBER, T_CLOCK = 1, 2, 3, 4, 5, 6
 
 _CREATES_REQUEST = frozenset({Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND, Op.IRECV, Op.IMRECV, Op.SEND_INIT,
-                              Op.RECV_INIT, Op.COMM_IDUP} | {o for o in Op if 80 <= o < 100})
+                              Op.RECV_INIT, Op.COMM_IDUP, Op.INEIGHBOR_ALLGATHER, Op.INEIGHBOR_ALLTOALL,
+                              Op.COLL_INIT} | {o for o in Op if 80 <= o < 100})
+#: create a request only in their request-based form (MPI_Rput, ...): ``request`` is set then
+_MAY_CREATE_REQUEST = frozenset({Op.PUT, Op.GET, Op.ACCUMULATE})
 _RECV_REQUEST_OPS = frozenset({Op.IRECV, Op.IMRECV, Op.RECV_INIT})
+#: requests that stay valid after completion (freed by MPI_Request_free)
+_PERSISTENT_OPS = frozenset({Op.SEND_INIT, Op.RECV_INIT, Op.COLL_INIT})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +147,7 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
             warnings.append(f"{r.path}: truncated inside a record ({r.truncated_bytes} trailing bytes dropped; "
                             f"{len(r.records)} whole records kept)")
 
-    # ---- communicators: per-rank local id -> global id, members in world ranks
+    # ---- communicators: per-rank local id -> global id; peers (local ranks) -> world ranks
     defs: dict[int, dict[int, tuple[int, ...]]] = {}
     occ_key: dict[int, dict[int, tuple]] = {}
     all_keys: dict[tuple, int] = {}
@@ -156,17 +163,25 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
                 continue
             members = tuple(int(x) for x in mem["dest"])
             cid = int(rec["comm"][i])
-            k = (members, seen[members])
-            seen[members] += 1
-            d[cid] = members
+            if rec["flag"][i] & 1:  # intercommunicator: local group, then the remote group
+                n_local = int(rec["source"][i])
+                local, remote = members[:n_local], members[n_local:]
+                low, high = (local, remote) if min(local, default=0) <= min(remote, default=0) else (remote, local)
+                ident = (1, low + high)
+                d[cid] = remote
+            else:
+                ident = (0, members)
+                d[cid] = members
+            k = (ident, seen[ident])
+            seen[ident] += 1
             keys[cid] = k
             first = int(rec["seq"][i])
             all_keys[k] = min(all_keys.get(k, first), first)
         defs[r.rank], occ_key[r.rank] = d, keys
-    world = (tuple(range(size)), 0)
-    ordered = sorted(all_keys, key=lambda k: (k != world, all_keys[k], k[0]))
+    world = ((0, tuple(range(size))), 0)
+    ordered = sorted(all_keys, key=lambda k: (k != world, all_keys[k], k[0], k[1]))
     global_id = {k: i for i, k in enumerate(ordered)}
-    comm_rows = [(global_id[k], lr, wr) for k in ordered for lr, wr in enumerate(k[0])]
+    comm_rows = [(global_id[k], lr, wr) for k in ordered for lr, wr in enumerate(k[0][1])]
     comms = pd.DataFrame(comm_rows, columns=["comm", "local_rank", "world_rank"])
 
     ev_parts, rq_parts, vc_parts = [], [], []
@@ -289,7 +304,11 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs
     req_col = events["request"].to_numpy().copy()
     ro = events["req_offset"].to_numpy().copy()
     nr = events["n_requests"].to_numpy().copy()
-    live: dict[int, tuple[int, int, int, int]] = {}  # handle -> (seq, local comm, op, event index)
+    # handle -> live requests with that handle, oldest first: (seq, local comm, op, event index).
+    # A list, not one entry: MPICH hands out one shared built-in handle for requests that are
+    # complete at once (e.g. MPI_Rput/MPI_Rget), so several live requests can have the same value;
+    # the k-th time a call names a handle it means the k-th oldest.
+    live: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
     sub_by_owner: dict[int, list[int]] = defaultdict(list)
     for j, o in zip(sub_req.tolist(), owner[sub_req].tolist()):
         sub_by_owner[o].append(j)
@@ -304,29 +323,41 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs
     isend_ops = {int(Op.ISEND), int(Op.ISSEND), int(Op.IBSEND), int(Op.IRSEND)}
     creates = {int(o) for o in _CREATES_REQUEST}
     recv_req_ops = {int(o) for o in _RECV_REQUEST_OPS}
-    persistent = {int(Op.SEND_INIT), int(Op.RECV_INIT)}
+    persistent = {int(o) for o in _PERSISTENT_OPS}
+    maybe = {int(o) for o in _MAY_CREATE_REQUEST}
     starts = {int(Op.START), int(Op.STARTALL)}
-    for i in np.flatnonzero(np.isin(ops, list(_CREATES_REQUEST | _REQUEST_USERS))).tolist():
+    for i in np.flatnonzero(np.isin(ops, list(_CREATES_REQUEST | _REQUEST_USERS | _MAY_CREATE_REQUEST))).tolist():
         o = ops_l[i]
+        if o in maybe:
+            if evreq_l[i] == -1:
+                continue
+            live[evreq_l[i]].append((seqs_l[i], cl_l[i], o, i))
+            req_col[i] = seqs_l[i]
+            continue
         if o in creates:
-            live[evreq_l[i]] = (seqs_l[i], cl_l[i], o, i)
+            live[evreq_l[i]].append((seqs_l[i], cl_l[i], o, i))
             req_col[i] = seqs_l[i]
             if o in isend_ops and dest_l[i] >= 0:
                 sends[(gc_l[i], rank, dest_l[i], stag_l[i])].append((seqs_l[i], sb_l[i]))
             continue
         if o == Op.REQUEST_FREE:
-            info = live.pop(evreq_l[i], None)
-            req_col[i] = info[0] if info else -1
+            lst = live.get(evreq_l[i])
+            req_col[i] = lst.pop(0)[0] if lst else -1
             continue
         subs = sub_by_owner.get(i, [])
         ro[i] = len(rq_rows) if subs else -1
         nr[i] = len(subs)
+        named: Counter = Counter()
+        finished = []
         for j in subs:
             h = r_req[j]
-            info = live.get(h)
-            if info is None:
+            lst = live.get(h)
+            k = named[h]
+            named[h] += 1
+            if not lst or k >= len(lst):
                 rq_rows.append((rank, -1, 0, -1, 0))  # MPI_REQUEST_NULL or a request we never saw made
                 continue
+            info = lst[k]
             cseq, ccomm, cop, ci = info
             completed, src, nbytes = r_flag[j], -1, 0
             if o in starts:
@@ -342,8 +373,10 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs
                         posted = started.get(h, cseq) if cop == Op.RECV_INIT else cseq
                         recvs[(gmap.get(ccomm, -1), src, rank, r_tag[j])].append((posted, nbytes))
                 if cop not in persistent:
-                    live.pop(h, None)
+                    finished.append((h, info))
             rq_rows.append((rank, cseq, completed, src, nbytes))
+        for h, info in finished:
+            live[h].remove(info)
         if o == Op.START and subs:
             req_col[i] = rq_rows[ro[i]][1]
     events["request"] = req_col
@@ -391,4 +424,8 @@ def _one_world(local: int, members) -> int:
 
 _REQUEST_USERS = frozenset({o for o in Op if 50 <= o < 60} | {Op.START, Op.STARTALL, Op.REQUEST_FREE})
 _SUBS_OPS = frozenset(_REQUEST_USERS - {Op.REQUEST_FREE} | {Op.GATHERV, Op.SCATTERV, Op.ALLGATHERV, Op.ALLTOALLV,
-                                                            Op.ALLTOALLW, Op.REDUCE_SCATTER})
+                                                            Op.ALLTOALLW, Op.REDUCE_SCATTER, Op.IGATHERV,
+                                                            Op.ISCATTERV, Op.IALLGATHERV, Op.IALLTOALLV,
+                                                            Op.IALLTOALLW, Op.IREDUCE_SCATTER, Op.COLL_INIT,
+                                                            Op.NEIGHBOR_ALLGATHER, Op.NEIGHBOR_ALLTOALL,
+                                                            Op.INEIGHBOR_ALLGATHER, Op.INEIGHBOR_ALLTOALL})

@@ -6,7 +6,8 @@
 - :func:`communication_matrix`: point-to-point bytes from rank i to rank j, counted where they are
   sent (every send-type call and the send half of Sendrecv; persistent sends count at each Start);
 - :func:`communication_graph`: that matrix as a networkx DiGraph (edge attributes ``bytes`` and
-  ``messages``) plus the per-peer bytes of vector collectives (``coll_bytes``);
+  ``messages``) plus the per-peer bytes of vector and neighbourhood collectives (``coll_bytes``)
+  and of one-sided calls (``rma_bytes``: puts/accumulates origin -> target, gets target -> origin);
 - :func:`format_signature` puts these together as text, :func:`plot_signature` draws a heat map.
 """
 
@@ -105,24 +106,45 @@ def _persistent_sends(sig: Signature):
 
 def communication_graph(sig: Signature):
     """networkx DiGraph: a node per rank; an edge i->j with ``bytes``/``messages`` of point-to-point
-    traffic and ``coll_bytes`` sent to j by vector collectives (from the vcounts table)."""
+    traffic, ``coll_bytes`` sent to j by vector and neighbourhood collectives (from the vcounts
+    table) and ``rma_bytes`` moved from i to j by one-sided calls (:func:`rma_bytes`)."""
     import networkx as nx
 
     bytes_m, msgs = communication_matrix(sig)
     g = nx.DiGraph()
     g.add_nodes_from(range(sig.n_ranks))
     for i, j in zip(*np.nonzero(msgs)):
-        g.add_edge(int(i), int(j), bytes=float(bytes_m[i, j]), messages=int(msgs[i, j]), coll_bytes=0.0)
+        g.add_edge(int(i), int(j), bytes=float(bytes_m[i, j]), messages=int(msgs[i, j]), coll_bytes=0.0,
+                   rma_bytes=0.0)
     vc = sig.vcounts
     if len(vc):
-        sub = vc[(vc["peer"] != vc["rank"]) & (vc["send_bytes"] > 0)]
+        sub = vc[(vc["peer"] != vc["rank"]) & (vc["peer"] >= 0) & (vc["send_bytes"] > 0)]
         agg = sub.groupby(["rank", "peer"])["send_bytes"].sum()
         for (i, j), b in agg.items():
-            if g.has_edge(int(i), int(j)):
-                g[int(i)][int(j)]["coll_bytes"] += float(b)
-            else:
-                g.add_edge(int(i), int(j), bytes=0.0, messages=0, coll_bytes=float(b))
+            _edge(g, int(i), int(j))["coll_bytes"] += float(b)
+    for (i, j), b in rma_bytes(sig).items():
+        _edge(g, i, j)["rma_bytes"] += b
     return g
+
+
+def _edge(g, i: int, j: int) -> dict:
+    if not g.has_edge(i, j):
+        g.add_edge(i, j, bytes=0.0, messages=0, coll_bytes=0.0, rma_bytes=0.0)
+    return g[i][j]
+
+
+def rma_bytes(sig: Signature) -> dict[tuple[int, int], float]:
+    """Bytes moved by one-sided calls, (from, to) -> bytes: puts and accumulates carry
+    ``send_bytes`` from the origin to the target (``dest``), gets and the fetching accumulates
+    ``recv_bytes`` from the target (``source``) back to the origin."""
+    ev = sig.events
+    rma = ev[ev["op"].isin([int(Op.PUT), int(Op.GET), int(Op.ACCUMULATE)])]
+    out: dict[tuple[int, int], float] = {}
+    for a, b, col in (("rank", "dest", "send_bytes"), ("source", "rank", "recv_bytes")):
+        part = rma[(rma[a] >= 0) & (rma[b] >= 0) & (rma[col] > 0) & (rma[a] != rma[b])]
+        for (i, j), x in part.groupby([a, b])[col].sum().items():
+            out[(int(i), int(j))] = out.get((int(i), int(j)), 0.0) + float(x)
+    return out
 
 
 def _fmt_bytes(x: float) -> str:
@@ -198,7 +220,11 @@ def format_signature(sig: Signature) -> str:
                                                 for i, j in top))
     coll = sum(d.get("coll_bytes", 0.0) for _, _, d in g.edges(data=True))
     if coll:
-        lines.append(f"  vector collectives move {_fmt_bytes(coll)} between distinct ranks")
+        lines.append(f"  vector and neighbourhood collectives move {_fmt_bytes(coll)} between distinct ranks")
+    rma = sum(d.get("rma_bytes", 0.0) for _, _, d in g.edges(data=True))
+    if rma:
+        n_rma = int(sig.events["op"].isin([int(Op.PUT), int(Op.GET), int(Op.ACCUMULATE)]).sum())
+        lines.append(f"  one-sided calls ({n_rma} put/get/accumulate) move {_fmt_bytes(rma)} between distinct ranks")
     if sig.n_ranks <= 16 and msgs.sum():
         lines.append("  bytes sent (row = from, column = to):")
         lines.append("  " + " " * 6 + "".join(f"{j:>10}" for j in range(sig.n_ranks)))

@@ -47,6 +47,8 @@ class W:
     post: str = ""
     subs: str = ""
     always: str = ""
+    #: MPI-4 only (persistent collectives, ...): compiled where MPI_VERSION >= 4, no Fortran wrapper
+    mpi4: bool = False
 
 
 _STATUS_PRE = "MPI_Status pmac_st; if (status == MPI_STATUS_IGNORE) status = &pmac_st;"
@@ -158,10 +160,113 @@ def _collectives() -> list[W]:
             _rooted(f"MPI_{p}scan" if nb else "MPI_Scan", _RED + ", MPI_Comm comm", o("SCAN"), _ALLRED, nb),
             _rooted(f"MPI_{p}exscan" if nb else "MPI_Exscan", _RED + ", MPI_Comm comm", o("EXSCAN"), _ALLRED, nb),
         ]
+    for nb in (False, True):
+        p = "I" if nb else ""
+        rows += [
+            _rooted(f"MPI_{p}alltoallw" if nb else "MPI_Alltoallw", _A2AW + ", MPI_Comm comm", Op[p + "ALLTOALLW"],
+                    _ALLTOALLW, nb, subs=_ALLTOALLW_SUBS),
+            _rooted(f"MPI_{p}reduce_scatter_block" if nb else "MPI_Reduce_scatter_block",
+                    "const void *sendbuf, void *recvbuf, {C} recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm",
+                    Op[p + "REDUCE_SCATTER_BLOCK"], _RSCAT_BLOCK, nb),
+        ]
+    return rows
+
+
+# ---------------------------------------------------------------- neighbourhood collectives
+_NA2AW = ("const void *sendbuf, const {C} sendcounts[], const MPI_Aint sdispls[], const MPI_Datatype sendtypes[], "
+          "void *recvbuf, const {C} recvcounts[], const MPI_Aint rdispls[], const MPI_Datatype recvtypes[]")
+#: pmac_nbr_v arguments after (&r, ci, {BIG}, ...) and before the emit flag
+_NBR_ARGS = {
+    "allgather": ("NULL, NULL, 0, pmac_bytes(sendcount, sendtype), NULL, NULL, 0, pmac_bytes(recvcount, recvtype)", _GA),
+    "allgatherv": ("NULL, NULL, 0, pmac_bytes(sendcount, sendtype), recvcounts, NULL, pmac_tsize(recvtype), 0", _GAV),
+    "alltoall": ("NULL, NULL, 0, pmac_bytes(sendcount, sendtype), NULL, NULL, 0, pmac_bytes(recvcount, recvtype)", _GA),
+    "alltoallv": ("sendcounts, NULL, pmac_tsize(sendtype), 0, recvcounts, NULL, pmac_tsize(recvtype), 0", _A2AV),
+    "alltoallw": ("sendcounts, sendtypes, 0, 0, recvcounts, recvtypes, 0, 0", _NA2AW),
+}
+
+
+def _neighbor_rows() -> list[W]:
+    rows = []
+    for nb in (False, True):
+        for kind, (args, params) in _NBR_ARGS.items():
+            op = Op[("I" if nb else "") + ("NEIGHBOR_ALLGATHER" if kind.startswith("allgather") else "NEIGHBOR_ALLTOALL")]
+            name = ("MPI_Ineighbor_" if nb else "MPI_Neighbor_") + kind
+            rows.append(_rooted(name, params + ", MPI_Comm comm", op, f"pmac_nbr_v(&r, ci, {{BIG}}, {args}, 0);", nb,
+                                subs=f"pmac_nbr_v(&r, ci, {{BIG}}, {args}, 1);"))
+    return rows
+
+
+def _persistent(w: W) -> W:
+    """The MPI-4 persistent form (``MPI_X_init``) of a blocking collective row: recorded like the
+    collective (bytes, root, per-peer counts) as COLL_INIT, ``send_tag`` = Op of the non-blocking form."""
+    nbop = Op(int(w.op) + 20) if int(w.op) < 100 else Op(int(w.op) + 2)
+    return W(w.name + "_init", w.params + ", MPI_Info info, MPI_Request *request", Op.COLL_INIT, c=w.c,
+             post=f"{w.post} r.request = PMAC_H(*request); r.send_tag = {int(nbop)};", subs=w.subs, mpi4=True)
+
+
+# ---------------------------------------------------------------- one-sided (RMA)
+_RMA_ORIGIN = ("const void *origin_addr, {C} origin_count, MPI_Datatype origin_datatype, int target_rank, "
+               "MPI_Aint target_disp, {C} target_count, MPI_Datatype target_datatype")
+_RMA_GETACC = ("const void *origin_addr, {C} origin_count, MPI_Datatype origin_datatype, void *result_addr, "
+               "{C} result_count, MPI_Datatype result_datatype, int target_rank, MPI_Aint target_disp, "
+               "{C} target_count, MPI_Datatype target_datatype, MPI_Op op, MPI_Win win")
+_WIN = "r.comm = pmac_win_comm(win);"
+_PUT = _WIN + " r.dest = pmac_rank(target_rank); r.send_bytes = pmac_bytes(origin_count, origin_datatype);"
+_GET = _WIN + " r.source = pmac_rank(target_rank); r.recv_bytes = pmac_bytes(origin_count, origin_datatype);"
+_GETACC = (_WIN + " r.dest = r.source = pmac_rank(target_rank); r.recv_bytes = pmac_bytes(result_count, result_datatype); "
+           "r.send_bytes = op == MPI_NO_OP ? 0 : pmac_bytes(origin_count, origin_datatype);")
+_REQ = " r.request = PMAC_H(*request);"
+_WIN_NEW = _CI + " pmac_win_add(*win, r.comm);"
+
+
+def _rma_rows() -> list[W]:
+    rows = []
+    for r in ("", "R"):  # MPI_Put and MPI_Rput (request-based), ...
+        req, sub = (", MPI_Request *request", _REQ) if r else ("", "")
+        name = (lambda x: f"MPI_R{x.lower()}" if r else f"MPI_{x}")  # noqa: E731
+        rows += [
+            W(name("Put"), _RMA_ORIGIN + ", MPI_Win win" + req, Op.PUT, c=True, post=_PUT + sub),
+            W(name("Get"), _RMA_ORIGIN.replace("const void", "void") + ", MPI_Win win" + req, Op.GET, c=True,
+              post=_GET + sub),
+            W(name("Accumulate"), _RMA_ORIGIN + ", MPI_Op op, MPI_Win win" + req, Op.ACCUMULATE, c=True,
+              post=_PUT + sub),
+            W(name("Get_accumulate"), _RMA_GETACC + req, Op.ACCUMULATE, c=True, post=_GETACC + sub),
+        ]
     rows += [
-        _rooted("MPI_Alltoallw", _A2AW + ", MPI_Comm comm", Op.ALLTOALLW, _ALLTOALLW, False, subs=_ALLTOALLW_SUBS),
-        _rooted("MPI_Reduce_scatter_block", "const void *sendbuf, void *recvbuf, {C} recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm",
-                Op.REDUCE_SCATTER_BLOCK, _RSCAT_BLOCK, False),
+        W("MPI_Fetch_and_op", "const void *origin_addr, void *result_addr, MPI_Datatype datatype, int target_rank, "
+          "MPI_Aint target_disp, MPI_Op op, MPI_Win win", Op.ACCUMULATE,
+          post=_WIN + " r.dest = r.source = pmac_rank(target_rank); r.recv_bytes = pmac_tsize(datatype); "
+               "r.send_bytes = op == MPI_NO_OP ? 0 : r.recv_bytes;"),
+        W("MPI_Compare_and_swap", "const void *origin_addr, const void *compare_addr, void *result_addr, "
+          "MPI_Datatype datatype, int target_rank, MPI_Aint target_disp, MPI_Win win", Op.ACCUMULATE,
+          post=_WIN + " r.dest = r.source = pmac_rank(target_rank); r.recv_bytes = pmac_tsize(datatype); "
+               "r.send_bytes = 2 * r.recv_bytes;"),
+        # windows: remember the communicator, so target ranks translate to world ranks
+        W("MPI_Win_create", "void *base, MPI_Aint size, {D} disp_unit, MPI_Info info, MPI_Comm comm, MPI_Win *win",
+          Op.WIN_CREATE, c=True, post=_WIN_NEW),
+        W("MPI_Win_allocate", "MPI_Aint size, {D} disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr, MPI_Win *win",
+          Op.WIN_CREATE, c=True, post=_WIN_NEW),
+        W("MPI_Win_allocate_shared", "MPI_Aint size, {D} disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr, "
+          "MPI_Win *win", Op.WIN_CREATE, c=True, post=_WIN_NEW),
+        W("MPI_Win_create_dynamic", "MPI_Info info, MPI_Comm comm, MPI_Win *win", Op.WIN_CREATE, post=_WIN_NEW),
+        W("MPI_Win_free", "MPI_Win *win", Op.WIN_FREE, pre="MPI_Win pmac_w0 = *win;",
+          post="r.comm = pmac_win_comm(pmac_w0); pmac_win_del(pmac_w0);"),
+        W("MPI_Win_fence", "int assert, MPI_Win win", Op.WIN_FENCE, post=_WIN),
+        W("MPI_Win_lock", "int lock_type, int rank, int assert, MPI_Win win", Op.WIN_LOCK,
+          post=_WIN + " r.dest = pmac_rank(rank); r.aux = lock_type;"),
+        W("MPI_Win_lock_all", "int assert, MPI_Win win", Op.WIN_LOCK, post=_WIN),
+        W("MPI_Win_unlock", "int rank, MPI_Win win", Op.WIN_UNLOCK, post=_WIN + " r.dest = pmac_rank(rank);"),
+        W("MPI_Win_unlock_all", "MPI_Win win", Op.WIN_UNLOCK, post=_WIN),
+        W("MPI_Win_flush", "int rank, MPI_Win win", Op.WIN_SYNC, post=_WIN + " r.dest = pmac_rank(rank);"),
+        W("MPI_Win_flush_local", "int rank, MPI_Win win", Op.WIN_SYNC, post=_WIN + " r.dest = pmac_rank(rank);"),
+        W("MPI_Win_flush_all", "MPI_Win win", Op.WIN_SYNC, post=_WIN),
+        W("MPI_Win_flush_local_all", "MPI_Win win", Op.WIN_SYNC, post=_WIN),
+        W("MPI_Win_sync", "MPI_Win win", Op.WIN_SYNC, post=_WIN),
+        W("MPI_Win_post", "MPI_Group group, int assert, MPI_Win win", Op.WIN_SYNC, post=_WIN),
+        W("MPI_Win_start", "MPI_Group group, int assert, MPI_Win win", Op.WIN_SYNC, post=_WIN),
+        W("MPI_Win_complete", "MPI_Win win", Op.WIN_SYNC, post=_WIN),
+        W("MPI_Win_wait", "MPI_Win win", Op.WIN_SYNC, post=_WIN),
+        W("MPI_Win_test", "MPI_Win win, int *flag", Op.WIN_SYNC, post=_WIN + " r.flag = (uint8_t)(*flag != 0);"),
     ]
     return rows
 
@@ -256,14 +361,21 @@ WRAPPERS: list[W] = [
       subs="for (int i = 0; i < count; i++) pmac_subreq(pmac_q[i], *flag && i == *index, (*flag && i == *index) ? status : NULL);"),
     W("MPI_Testsome", "int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[], "
       "MPI_Status *array_of_statuses", Op.TESTSOME, pre=_SOME_PRE, post="r.n_sub = incount;", subs=_some_subs()),
-    # --- collectives (classic, large-count, non-blocking) ---
+    # --- collectives (classic, large-count, non-blocking), MPI-4 persistent, neighbourhood ---
     *_collectives(),
+    *[_persistent(w) for w in _collectives() if int(w.op) < 80],
+    *_neighbor_rows(),
+    *[_persistent(w) for w in _neighbor_rows() if w.op in (Op.NEIGHBOR_ALLGATHER, Op.NEIGHBOR_ALLTOALL)],
+    # --- one-sided ---
+    *_rma_rows(),
     # --- communicators: new ones get a local id and a definition record (members as world ranks) ---
     W("MPI_Comm_dup", "MPI_Comm comm, MPI_Comm *newcomm", Op.COMM_DUP, post=_CI + " r.new_comm = pmac_newcomm(*newcomm);"),
     W("MPI_Comm_dup_with_info", "MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm", Op.COMM_DUP,
       post=_CI + " r.new_comm = pmac_newcomm(*newcomm);"),
     W("MPI_Comm_idup", "MPI_Comm comm, MPI_Comm *newcomm, MPI_Request *request", Op.COMM_IDUP,
       post=_CI + " r.request = PMAC_H(*request);"),
+    W("MPI_Comm_idup_with_info", "MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm, MPI_Request *request", Op.COMM_IDUP,
+      post=_CI + " r.request = PMAC_H(*request);", mpi4=True),
     W("MPI_Comm_split", "MPI_Comm comm, int color, int key, MPI_Comm *newcomm", Op.COMM_SPLIT,
       post=_CI + " r.aux = color; r.new_comm = pmac_newcomm(*newcomm);"),
     W("MPI_Comm_split_type", "MPI_Comm comm, int split_type, int key, MPI_Info info, MPI_Comm *newcomm",
@@ -276,6 +388,22 @@ WRAPPERS: list[W] = [
       Op.CART_CREATE, post=_CI + " r.new_comm = pmac_newcomm(*comm_cart);"),
     W("MPI_Cart_sub", "MPI_Comm comm, const int remain_dims[], MPI_Comm *newcomm", Op.COMM_SPLIT,
       post=_CI + " r.new_comm = pmac_newcomm(*newcomm);"),
+    W("MPI_Graph_create", "MPI_Comm comm, int nnodes, const int indx[], const int edges[], int reorder, "
+      "MPI_Comm *comm_graph", Op.GRAPH_CREATE, post=_CI + " r.new_comm = pmac_newcomm(*comm_graph);"),
+    W("MPI_Dist_graph_create", "MPI_Comm comm, int n, const int sources[], const int degrees[], const int destinations[], "
+      "const int *weights, MPI_Info info, int reorder, MPI_Comm *comm_dist_graph", Op.GRAPH_CREATE,
+      post=_CI + " r.new_comm = pmac_newcomm(*comm_dist_graph);"),
+    W("MPI_Dist_graph_create_adjacent", "MPI_Comm comm, int indegree, const int sources[], const int *sourceweights, "
+      "int outdegree, const int destinations[], const int *destweights, MPI_Info info, int reorder, "
+      "MPI_Comm *comm_dist_graph", Op.GRAPH_CREATE, post=_CI + " r.new_comm = pmac_newcomm(*comm_dist_graph);"),
+    # intercommunicators: the peer ranks of calls on them are ranks of the remote group
+    W("MPI_Intercomm_create", "MPI_Comm comm, int local_leader, MPI_Comm peer_comm, int remote_leader, int tag, "
+      "MPI_Comm *newintercomm", Op.INTERCOMM_CREATE, post=_CI + " r.new_comm = pmac_newcomm(*newintercomm);"),
+    W("MPI_Intercomm_create_from_groups", "MPI_Group local_group, int local_leader, MPI_Group remote_group, "
+      "int remote_leader, const char *stringtag, MPI_Info info, MPI_Errhandler errhandler, MPI_Comm *newintercomm",
+      Op.INTERCOMM_CREATE, post="r.new_comm = pmac_newcomm(*newintercomm);", mpi4=True),
+    W("MPI_Intercomm_merge", "MPI_Comm comm, int high, MPI_Comm *newintracomm", Op.INTERCOMM_MERGE,
+      post=_CI + " r.aux = high; r.new_comm = pmac_newcomm(*newintracomm);"),
     W("MPI_Comm_free", "MPI_Comm *comm", Op.COMM_FREE,
       pre="MPI_Comm pmac_c0 = *comm; int32_t pmac_cf = pmac_on ? pmac_cid(pmac_c0) : -1;",
       post="r.comm = pmac_cf; pmac_unregister(pmac_c0);"),
@@ -326,19 +454,21 @@ def _wrapper(w: W, big: bool) -> str:
 
 
 # ---------------------------------------------------------------- Fortran (mpif.h / use mpi)
-#: rows without Fortran wrappers: matched probes (MPI_Message), 1-based index outputs,
-#: per-peer datatype arrays, non-blocking dup
-FORTRAN_SKIP = frozenset({"MPI_Mprobe", "MPI_Improbe", "MPI_Mrecv", "MPI_Imrecv", "MPI_Alltoallw", "MPI_Comm_idup"})
+#: rows without Fortran wrappers (besides the MPI-4 ones): matched probes (MPI_Message), per-peer
+#: datatype arrays, non-blocking dup, window allocation (the base address is a Fortran pointer)
+FORTRAN_SKIP = frozenset({"MPI_Mprobe", "MPI_Improbe", "MPI_Mrecv", "MPI_Imrecv", "MPI_Alltoallw", "MPI_Ialltoallw",
+                          "MPI_Neighbor_alltoallw", "MPI_Ineighbor_alltoallw", "MPI_Comm_idup",
+                          "MPI_Win_allocate", "MPI_Win_allocate_shared"})
 #: Fortran argument lists that differ from C (besides the trailing ierr)
 FORTRAN_PARAMS = {"MPI_Init": "void", "MPI_Init_thread": "int required, int *provided"}
 _HANDLE_TYPES = {"MPI_Datatype": "Type", "MPI_Comm": "Comm", "MPI_Op": "Op", "MPI_Group": "Group",
-                 "MPI_Info": "Info", "MPI_Request": "Request"}
+                 "MPI_Info": "Info", "MPI_Request": "Request", "MPI_Win": "Win"}
 
 
 def _fortran_wrapper(w: W) -> str | None:
     """``mpi_xxx_`` calling ``pmpi_xxx_``: Fortran handles converted with MPI_*_f2c into C
     variables named like the C parameters, so the row's C snippets apply unchanged."""
-    if w.name in FORTRAN_SKIP:
+    if w.name in FORTRAN_SKIP or w.mpi4:
         return None
     params = FORTRAN_PARAMS.get(w.name, w.params).format(**_VARIANT_TYPES[False])
     fparams, fargs, before, after = [], [], [], []
@@ -360,8 +490,10 @@ def _fortran_wrapper(w: W) -> str | None:
             before.append(f"int {name} = (int)*{f};")
         elif base in _HANDLE_TYPES and "*" not in typ and not arr:
             before.append(f"{base} {name} = PMPI_{_HANDLE_TYPES[base]}_f2c(*{f});")
-        elif typ == "const int" and arr:
+        elif (typ == "const int" and arr) or typ == "const int *":
             before.append(f"const int *{name} = (const int *){f};")
+        elif typ == "MPI_Aint" and not arr:  # INTEGER(KIND=MPI_ADDRESS_KIND), by reference
+            before.append(f"MPI_Aint {name} = *(const MPI_Aint *){f};")
         elif typ == "int *" and name == "index":  # Fortran indices count from 1
             before.append(f"int {name}_c = MPI_UNDEFINED; int *{name} = &{name}_c;")
             after.append(f"{name}_c = (*{f} == MPI_UNDEFINED) ? MPI_UNDEFINED : (int)*{f} - 1;")
@@ -415,11 +547,15 @@ def _fortran_wrapper(w: W) -> str | None:
     lines.append("    (void)pmac_rc;")
     lines.append("    PMAC_VG_EXIT(pmac_s);")
     lines.append("}")
+    # Open MPI's `use mpi_f08` layer calls the mpif.h implementation by its internal name
+    # (mpi_send_f08_ -> ompi_send_f, same arguments), not through mpi_send_: one more name
+    lines.append(f"PMAC_VIS void ompi_{fname[4:]}_f({', '.join(fparams)}) __attribute__((alias(\"{fname}_\")));")
     return "\n".join(lines)
 
 
 def fortran_names() -> list[str]:
-    return [w.name.lower() + "_" for w in WRAPPERS if w.name not in FORTRAN_SKIP]
+    """The mpif.h / ``use mpi`` names wrapped (each also as ``ompi_*_f`` for ``use mpi_f08``)."""
+    return [w.name.lower() + "_" for w in WRAPPERS if w.name not in FORTRAN_SKIP and not w.mpi4]
 
 
 def runtime_source() -> str:
@@ -432,10 +568,14 @@ def generate() -> str:
            " *", *(" * " + ln if ln else " *" for ln in VG_CONTRACT.splitlines()), " */",
            runtime_source(), ""]
     for w in WRAPPERS:
+        if w.mpi4:
+            out.append("#if MPI_VERSION >= 4")
         out.append(_wrapper(w, False))
         if w.c:
-            out.append("#if MPI_VERSION >= 4")
+            if not w.mpi4:
+                out.append("#if MPI_VERSION >= 4")
             out.append(_wrapper(w, True))
+        if w.c or w.mpi4:
             out.append("#endif")
         out.append("")
     out.append("#ifdef PMAC_FORTRAN /* MPIs whose Fortran layer calls PMPI_* directly (Open MPI's libmpi_mpifh) */")

@@ -96,7 +96,9 @@ class Op(enum.IntEnum):
     IALLGATHERV = 89
     IALLTOALL = 90
     IALLTOALLV = 91
+    IALLTOALLW = 92
     IREDUCE_SCATTER = 93
+    IREDUCE_SCATTER_BLOCK = 94
     ISCAN = 95
     IEXSCAN = 96
     # communicators
@@ -107,6 +109,31 @@ class Op(enum.IntEnum):
     COMM_SPLIT_TYPE = 104
     COMM_IDUP = 105
     CART_CREATE = 106
+    # 110..126: recorded, replayed as local calls (pmac.predict says so; pmac.expand turns
+    # neighbourhood collectives and started persistent collectives into what the replay prices).
+    # Neighbourhood collectives (v/w variants share the op): one ``vcounts`` row per message slot
+    # in MPI order, out-neighbours first (``recv_bytes`` NONE), then in-neighbours (``send_bytes``
+    # NONE); ``peer`` NONE for MPI_PROC_NULL. Event totals count real neighbours only.
+    NEIGHBOR_ALLGATHER = 110
+    NEIGHBOR_ALLTOALL = 111
+    INEIGHBOR_ALLGATHER = 112
+    INEIGHBOR_ALLTOALL = 113
+    GRAPH_CREATE = 114        # MPI_Graph_create, MPI_Dist_graph_create(_adjacent)
+    INTERCOMM_CREATE = 115    # comms rows of an intercommunicator: both groups, lower world rank's first
+    INTERCOMM_MERGE = 116
+    #: MPI-4 persistent collective (MPI_*_init, neighbourhood ones too): bytes/root/vcounts as the
+    #: collective; ``send_tag`` holds the Op of its non-blocking form; each MPI_Start runs it
+    COLL_INIT = 117
+    # one-sided (RMA): ``comm`` is the window's communicator, ``dest``/``source`` the target
+    WIN_CREATE = 118          # create, allocate, allocate_shared, create_dynamic
+    WIN_FREE = 119
+    PUT = 120                 # Put, Rput: dest = target, send_bytes
+    GET = 121                 # Get, Rget: source = target, recv_bytes
+    ACCUMULATE = 122          # (R)accumulate, (R)get_accumulate, Fetch_and_op, Compare_and_swap
+    WIN_FENCE = 123
+    WIN_LOCK = 124            # lock (dest = target), lock_all
+    WIN_UNLOCK = 125          # unlock (dest = target), unlock_all
+    WIN_SYNC = 126            # flush*, sync, post/start/complete/wait/test
     # anything else wrapped for timing only
     OTHER = 127
 

@@ -8,8 +8,10 @@
  *   records  96 bytes each (pmac_rec below); type 1 = event, followed by its sub-records:
  *            2 = request named by a wait/test/startall (flag = completed, status source/tag/bytes),
  *            3 = per-peer counts of a vector collective (dest = peer, send_bytes, recv_bytes),
- *            4 = communicator definition (comm = local id, n_sub members follow; may precede an event),
- *            5 = communicator member (source = local rank, dest = world rank),
+ *            4 = communicator definition (comm = local id, n_sub members follow; may precede an event;
+ *                flag 1 = intercommunicator: the first `source` members are the local group, the
+ *                rest the remote group, whose ranks the calls on it name),
+ *            5 = communicator member (source = rank in its group, dest = world rank),
  *            6 = clock calibration (t_start_ns = clock ticks, t_end_ns = monotonic ns; see pmac_now).
  * Ranks in records are communicator-local; the reader translates them with the type-5 records
  * (which the shim gets from MPI_Group_translate_ranks). Special ranks: -1 = MPI_PROC_NULL,
@@ -215,10 +217,12 @@ static inline int64_t pmac_status_bytes(const MPI_Status *st) {
     return (int64_t)c;
 }
 
-/* ---- communicators: handle -> local id, rank, size ---- */
+/* ---- communicators: handle -> local id, rank, size (local group), neighbours (lazily) ---- */
 typedef struct {
     MPI_Comm h;
     int32_t id, rank, size;
+    int32_t topo_done, indeg, outdeg;
+    int *nbr; /* indeg sources, then outdeg destinations (ranks in the communicator) */
 } pmac_comm_t;
 static pmac_comm_t *pmac_comms;
 static int pmac_ncomms, pmac_capcomms, pmac_nextcomm;
@@ -230,35 +234,46 @@ static pmac_comm_t *pmac_register(MPI_Comm c) {
         pmac_comms = (pmac_comm_t *)realloc(pmac_comms, sizeof(pmac_comm_t) * (size_t)pmac_capcomms);
     }
     pmac_comm_t *e = &pmac_comms[pmac_ncomms++];
+    memset(e, 0, sizeof *e);
     e->h = c;
     e->id = pmac_nextcomm++;
     PMPI_Comm_rank(c, &e->rank);
     PMPI_Comm_size(c, &e->size);
+    int inter = 0, rsize = 0;
+    PMPI_Comm_test_inter(c, &inter);
+    if (inter) PMPI_Comm_remote_size(c, &rsize);
     pmac_rec d;
     memset(&d, 0, sizeof d);
     d.type = 4;
+    d.flag = (uint8_t)(inter != 0);
     d.comm = e->id;
     d.seq = pmac_seq - 1;
-    d.n_sub = e->size;
+    d.n_sub = e->size + rsize;
     d.dest = e->rank;
+    d.source = e->size;
     pmac_push(&d);
-    MPI_Group g;
-    PMPI_Comm_group(c, &g);
-    int n = e->size;
-    int *loc = (int *)malloc(sizeof(int) * 2 * (size_t)n);
-    for (int i = 0; i < n; i++) loc[i] = i;
-    PMPI_Group_translate_ranks(g, n, loc, pmac_world_group, loc + n);
-    PMPI_Group_free(&g);
-    for (int i = 0; i < n; i++) {
-        pmac_rec m;
-        memset(&m, 0, sizeof m);
-        m.type = 5;
-        m.comm = e->id;
-        m.source = i;
-        m.dest = loc[n + i] == MPI_UNDEFINED ? -1 : loc[n + i];
-        pmac_push(&m);
+    for (int side = 0; side < 1 + (inter != 0); side++) {
+        MPI_Group g;
+        if (side == 0)
+            PMPI_Comm_group(c, &g);
+        else
+            PMPI_Comm_remote_group(c, &g);
+        int n = side == 0 ? e->size : rsize;
+        int *loc = (int *)malloc(sizeof(int) * 2 * (size_t)n + 1);
+        for (int i = 0; i < n; i++) loc[i] = i;
+        PMPI_Group_translate_ranks(g, n, loc, pmac_world_group, loc + n);
+        PMPI_Group_free(&g);
+        for (int i = 0; i < n; i++) {
+            pmac_rec m;
+            memset(&m, 0, sizeof m);
+            m.type = 5;
+            m.comm = e->id;
+            m.source = i;
+            m.dest = loc[n + i] == MPI_UNDEFINED ? -1 : loc[n + i];
+            pmac_push(&m);
+        }
+        free(loc);
     }
-    free(loc);
     return e;
 }
 
@@ -277,7 +292,83 @@ static inline int32_t pmac_cid(MPI_Comm c) {
 static void pmac_unregister(MPI_Comm c) {
     for (int i = 0; i < pmac_ncomms; i++)
         if (pmac_comms[i].h == c) {
+            free(pmac_comms[i].nbr);
             pmac_comms[i] = pmac_comms[--pmac_ncomms];
+            return;
+        }
+}
+
+/* the neighbourhood of a process topology, in the order MPI's neighbourhood collectives use:
+ * cartesian: per dimension the source then the destination of MPI_Cart_shift(d, 1) (both lists);
+ * graph: MPI_Graph_neighbors (both lists); distributed graph: sources, destinations */
+static void pmac_topo(pmac_comm_t *e) {
+    if (e->topo_done) return;
+    e->topo_done = 1;
+    int kind = MPI_UNDEFINED;
+    if (PMPI_Topo_test(e->h, &kind) != MPI_SUCCESS) return;
+    if (kind == MPI_CART) {
+        int nd = 0;
+        PMPI_Cartdim_get(e->h, &nd);
+        e->indeg = e->outdeg = 2 * nd;
+        e->nbr = (int *)malloc(sizeof(int) * (size_t)(4 * nd + 1));
+        for (int d = 0; d < nd; d++) {
+            int src = MPI_PROC_NULL, dst = MPI_PROC_NULL;
+            PMPI_Cart_shift(e->h, d, 1, &src, &dst);
+            e->nbr[2 * d] = e->nbr[2 * nd + 2 * d] = src;
+            e->nbr[2 * d + 1] = e->nbr[2 * nd + 2 * d + 1] = dst;
+        }
+    } else if (kind == MPI_GRAPH) {
+        int n = 0;
+        PMPI_Graph_neighbors_count(e->h, e->rank, &n);
+        e->indeg = e->outdeg = n;
+        e->nbr = (int *)malloc(sizeof(int) * (size_t)(2 * n + 1));
+        PMPI_Graph_neighbors(e->h, e->rank, n, e->nbr);
+        memcpy(e->nbr + n, e->nbr, sizeof(int) * (size_t)n);
+    } else if (kind == MPI_DIST_GRAPH) {
+        int in = 0, out = 0, w = 0;
+        PMPI_Dist_graph_neighbors_count(e->h, &in, &out, &w);
+        e->indeg = in;
+        e->outdeg = out;
+        e->nbr = (int *)malloc(sizeof(int) * (size_t)(in + out + 1));
+        int *wt = (int *)malloc(sizeof(int) * (size_t)(in + out + 1));
+        PMPI_Dist_graph_neighbors(e->h, in, e->nbr, wt, out, e->nbr + in, wt + in);
+        free(wt);
+    }
+}
+
+/* ---- one-sided: window -> local id of the communicator it was created on ---- */
+typedef struct {
+    MPI_Win h;
+    int32_t comm;
+} pmac_win_t;
+static pmac_win_t *pmac_wins;
+static int pmac_nwins, pmac_capwins;
+
+static void pmac_win_add(MPI_Win w, int32_t comm) {
+    if (w == MPI_WIN_NULL) return;
+    for (int i = 0; i < pmac_nwins; i++)
+        if (pmac_wins[i].h == w) {
+            pmac_wins[i].comm = comm;
+            return;
+        }
+    if (pmac_nwins == pmac_capwins) {
+        pmac_capwins = pmac_capwins ? 2 * pmac_capwins : 8;
+        pmac_wins = (pmac_win_t *)realloc(pmac_wins, sizeof(pmac_win_t) * (size_t)pmac_capwins);
+    }
+    pmac_wins[pmac_nwins].h = w;
+    pmac_wins[pmac_nwins++].comm = comm;
+}
+
+static inline int32_t pmac_win_comm(MPI_Win w) {
+    for (int i = 0; i < pmac_nwins; i++)
+        if (pmac_wins[i].h == w) return pmac_wins[i].comm;
+    return -1;
+}
+
+static void pmac_win_del(MPI_Win w) {
+    for (int i = 0; i < pmac_nwins; i++)
+        if (pmac_wins[i].h == w) {
+            pmac_wins[i] = pmac_wins[--pmac_nwins];
             return;
         }
 }
@@ -409,6 +500,33 @@ static void pmac_coll_v(pmac_rec *r, pmac_comm_t *ci, int big, const void *sc, i
         r->send_bytes = st;
         r->recv_bytes = rt;
         r->n_sub = n;
+    }
+}
+
+/* ---- neighbourhood collectives: one sub-record per message slot (see pmac.trace.Op) ----
+ * sc/rc: per-slot counts or NULL (then sconst/rconst bytes per slot); sts/rts: per-slot types
+ * (alltoallw) or NULL (then ssz/rsz bytes per element). emit=0: totals and n_sub; 1: sub-records. */
+static void pmac_nbr_v(pmac_rec *r, pmac_comm_t *ci, int big, const void *sc, const MPI_Datatype *sts, int64_t ssz,
+                       int64_t sconst, const void *rc, const MPI_Datatype *rts, int64_t rsz, int64_t rconst, int emit) {
+    if (!ci) return;
+    pmac_topo(ci);
+    int64_t st = 0, rt = 0;
+    for (int k = 0; k < ci->outdeg; k++) {
+        int32_t peer = pmac_rank(ci->nbr[ci->indeg + k]);
+        int64_t b = sc ? pmac_at(sc, big, k) * (sts ? pmac_tsize(sts[k]) : ssz) : sconst;
+        if (peer >= 0) st += b;
+        if (emit) pmac_subv(peer, b, -1);
+    }
+    for (int k = 0; k < ci->indeg; k++) {
+        int32_t peer = pmac_rank(ci->nbr[k]);
+        int64_t b = rc ? pmac_at(rc, big, k) * (rts ? pmac_tsize(rts[k]) : rsz) : rconst;
+        if (peer >= 0) rt += b;
+        if (emit) pmac_subv(peer, -1, b);
+    }
+    if (!emit) {
+        r->send_bytes = st;
+        r->recv_bytes = rt;
+        r->n_sub = ci->indeg + ci->outdeg;
     }
 }
 
