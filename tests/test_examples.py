@@ -192,6 +192,14 @@ def _check(sig, calls, matrix, coll=None):
         assert not extra, (r, extra)
     bytes_m, _ = communication_matrix(sig)
     assert bytes_m.astype(np.int64).tolist() == matrix.tolist()
+    # every Waitall names requests the trace saw made, each once: the Irecv/Isend of its own
+    # iteration (MPICH gives eager Isends one shared built-in handle; each must still be found)
+    rq = sig.requests
+    for w in ev[ev["op"] == int(Op.WAITALL)].itertuples():
+        named = rq.iloc[w.req_offset: w.req_offset + w.n_requests]
+        assert (named["request"] >= 0).all() and named["request"].is_unique and (named["completed"] == 1).all()
+        made = ev[(ev["rank"] == w.rank) & ev["seq"].isin(named["request"])]
+        assert set(made["op"]) <= {int(Op.IRECV), int(Op.ISEND)} and (made["seq"] < w.seq).all()
     # every receive's bytes come from a matching send
     recv_m = np.zeros_like(matrix)
     rcv = ev[ev["op"].isin([int(Op.IRECV), int(Op.RECV), int(Op.SENDRECV)]) & (ev["source"] >= 0)]
