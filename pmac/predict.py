@@ -31,6 +31,7 @@ that needs more nodes than the profile has (``n_nodes``) is still made and says 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -39,6 +40,7 @@ import pandas as pd
 
 from .convolve import burst_arrays, convolve, machine_coeffs
 from .errors import InputError, MissingSectionError
+from .expand import collapse_timeline, expand_for_replay, unreplayed_note
 from .profile import MachineProfile
 from .signature import Signature
 from .trace import Op, op_name
@@ -259,7 +261,17 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         measured = ev["burst_s"].to_numpy(np.float64)
         bursts_all = np.broadcast_to(measured, (len(profiles), len(ev)))
         notes.append("burst times measured on the traced machine: honest only for that machine")
-    n_started = unreplayed_starts(ev, sig.requests)
+    # neighbourhood collectives as their messages, persistent collectives' starts as the
+    # non-blocking collective they run (pmac.expand); what stays unpriced is named
+    ex = expand_for_replay(ev, sig.requests, sig.vcounts)
+    sig_r = sig
+    if ex.changed:
+        bursts_all = np.where(ex.first, bursts_all[:, ex.source_row], 0.0)
+        sig_r = dataclasses.replace(sig, events=ex.events, requests=ex.requests)
+    notes += list(ex.notes)
+    if (unpriced := unreplayed_note(ex.events)) is not None:
+        notes.append(unpriced)
+    n_started = unreplayed_starts(ex.events, ex.requests)
     if n_started:
         notes.append(f"{n_started} MPI_Start/Startall call(s) of persistent requests are not replayed "
                      "(their Send_init/Recv_init is not in the trace): their messages take no time")
@@ -275,7 +287,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
                                                           or sig.name in p.overlap.calibrated_on):
             notes.append(f"{p.name}: overlap model calibrated on '{app}' itself: not an independent prediction")
         burst = np.ascontiguousarray(bursts_all[k])
-        r = _replay(sig, burst, placement, p, contention=contention, timeline=timeline)
+        r = _replay(sig_r, burst, placement, p, contention=contention, timeline=timeline)
         notes += [f"{p.name}: {x}" for x in r.notes]
         crit_rank = int(np.argmax(r.finish_s))
         rows.append(dict(machine=p.name, signature=sig.name, n_ranks=n, ranks_per_node=rpn, n_nodes=n_nodes,
@@ -289,7 +301,8 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             crit.append(pd.DataFrame(dict(machine=p.name, rank=np.arange(n), critical_s=r.critical_rank_s,
                                           critical_frac=r.critical_rank_s / tot if tot > 0 else 0.0)))
         if timeline and r.timeline is not None:
-            t = r.timeline.sort_values(["rank", "seq"], kind="stable").reset_index(drop=True)
+            t = collapse_timeline(r.timeline, ev) if ex.changed else r.timeline
+            t = t.sort_values(["rank", "seq"], kind="stable").reset_index(drop=True)
             prev_end = t.groupby("rank")["end_s"].shift(1).fillna(0.0)
             tl.append(pd.DataFrame(dict(machine=p.name, rank=t["rank"], seq=t["seq"],
                                         op=[op_name(o) for o in t["op"]], burst_start_s=prev_end,

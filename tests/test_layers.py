@@ -12,7 +12,7 @@ LAYERS = [
     {"profile", "trace", "memsig"},
     {"signature", "fit", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace", "probe",
      "shim", "vgtool", "rawtrace"},
-    {"convolve", "replay", "network", "collectives", "topology", "overlap"},
+    {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand"},
     {"predict"},
     {"sweep", "scaling", "cluster", "validate", "emulated"},
     {"report"},
