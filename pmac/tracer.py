@@ -102,6 +102,8 @@ def trace_mpi(argv: list[str], out: str | Path, *, parameters: dict[str, Any] | 
               progress: Callable[[float, str], None] | None = None) -> TraceResult:
     """Trace ``argv`` (e.g. ``mpiexec -n 4 ./app``) into the signature folder ``out``."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a folder: the signature is a folder (give a new name)", path=out)
     progress = progress or (lambda f, m: None)
     progress(0.0, "building the PMPI shim")
     raw_dir = Path(tempfile.mkdtemp(prefix=".raw-", dir=out.parent if out.parent.exists() else None))

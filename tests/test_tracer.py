@@ -257,6 +257,17 @@ def test_statically_linked_program_refused(env, tmp_path, capsys):
     assert rc == 2 and "statically linked" in err and str(exe) in err and len(err.strip().splitlines()) == 1
 
 
+def test_output_path_that_is_a_file_is_refused_before_running(env, tmp_path, capsys):
+    from pmac.cli import main
+
+    f = tmp_path / "taken"
+    f.write_text("x")
+    rc = main(["trace", "-o", str(f), "--", env["mpi"].mpiexec, "-n", "1", env["app"]])
+    err = capsys.readouterr().err
+    assert rc == 2 and "exists and is not a folder" in err and str(f) in err and len(err.strip().splitlines()) == 1
+    assert f.read_text() == "x"
+
+
 def test_cli_trace_end_to_end(env, capsys):
     from pmac.cli import main
 
