@@ -230,3 +230,35 @@ def test_predict_names_the_calls_it_cannot_price():
     assert "2 call(s) take no time in the replay (PUT 2): their communication and synchronisation are not " \
            "modelled" in p.notes
     assert p.summary["total_s"].iloc[0] > 0
+
+
+@pytest.mark.parametrize("blocking, nonblocking", [(Op.ALLTOALLW, Op.IALLTOALLW),
+                                                   (Op.REDUCE_SCATTER_BLOCK, Op.IREDUCE_SCATTER_BLOCK)])
+def test_new_nonblocking_values_are_priced_like_their_blocking_forms(blocking, nonblocking):
+    """Op values 92 and 94 sit in the replay's non-blocking-collective range (base op = value - 20):
+    a call followed at once by its Wait costs what the blocking call costs, and not nothing."""
+    from pmac.replay import replay
+
+    from synth import two_level_profile
+
+    n = 4
+    net = two_level_profile(latency_s=3e-6, net_bw=2e8).network
+
+    def run(op, wait):
+        rows, rq = [], []
+        for r in range(n):
+            base = dict(rank=r, t_start_s=0.0, t_end_s=0.0, comm=0, dest=NONE, source=NONE, send_tag=NONE,
+                        recv_tag=NONE, root=NONE, request=NONE, req_offset=NONE, n_requests=0, new_comm=NONE)
+            rows.append(base | dict(seq=0, op=int(Op.INIT), burst_s=0.0, send_bytes=0, recv_bytes=0))
+            rows.append(base | dict(seq=1, op=int(op), burst_s=1e-5 * r, send_bytes=4096 * n, recv_bytes=4096,
+                                    request=1 if wait else NONE))
+            if wait:
+                rows.append(base | dict(seq=2, op=int(Op.WAIT), burst_s=0.0, send_bytes=0, recv_bytes=0,
+                                        req_offset=len(rq), n_requests=1))
+                rq.append((r, 1, 1, NONE, 0))
+        res = replay(EVENTS.coerce(pd.DataFrame(rows)), None, np.arange(n), net,
+                     requests=REQUESTS.coerce(pd.DataFrame(rq, columns=list(REQUESTS.names))), n_ranks=n)
+        return res.finish_s
+
+    a, b = run(blocking, False), run(nonblocking, True)
+    assert a.min() > 3e-5 + 4096 / 2e8 and np.allclose(a, b, rtol=1e-12)

@@ -230,15 +230,16 @@ def test_persistent_collectives(env, n):
 
 
 def test_mpi4py_large_count_entry_points(env):
-    """mpi4py on MPICH 5 reaches these calls through MPI_*_c: 6 per rank here."""
+    """mpi4py on MPICH 5 reaches these calls through MPI_*_c: 8 per rank here."""
     res = trace(env, 2, [sys.executable, str(DATA / "tracer_mpi4py_calls.py")], "py_calls")
     sig = res.signature
     ev = sig.events
-    assert res.raw.stats["n_large_count_calls"] == 2 * 6
+    assert res.raw.stats["n_large_count_calls"] == 2 * 8
     for r in range(2):
         assert calls(ev, r) == {"INIT": 1, "CART_CREATE": 1, "NEIGHBOR_ALLTOALL": 1, "INEIGHBOR_ALLGATHER": 1,
-                                "WAIT": 3, "WIN_CREATE": 1, "WIN_FENCE": 2, "PUT": 1, "GET": 1, "WIN_FREE": 1,
-                                "COLL_INIT": 1, "START": 2, "REQUEST_FREE": 1, "COMM_FREE": 1, "FINALIZE": 1}
+                                "WAIT": 5, "WIN_CREATE": 1, "WIN_FENCE": 2, "PUT": 1, "GET": 1, "WIN_FREE": 1,
+                                "COLL_INIT": 1, "START": 2, "REQUEST_FREE": 1, "IREDUCE_SCATTER_BLOCK": 1,
+                                "IALLTOALLW": 1, "COMM_FREE": 1, "FINALIZE": 1}
         e = ev[ev["rank"] == r].set_index("seq")
         o = 1 - r  # periodic 1-D grid of 2: both neighbours are the other rank
         assert rows(sig, r, 2) == slots([o, o], [24, 24], [o, o], [24, 24])
@@ -248,6 +249,11 @@ def test_mpi4py_large_count_entry_points(env):
         init = e.loc[11]
         assert (init["op"], init["send_tag"], init["send_bytes"], init["request"]) == (Op.COLL_INIT, Op.IALLREDUCE, 24, 11)
         assert list(e[e["op"] == Op.START]["request"]) == [11, 11]
+        rsb, a2aw = e.loc[17], e.loc[19]  # 2 ranks: sends 4 doubles, gets 2; sends p+1 doubles to p, gets r+1
+        assert (rsb["op"], rsb["send_bytes"], rsb["recv_bytes"], rsb["request"]) == (Op.IREDUCE_SCATTER_BLOCK, 32, 16, 17)
+        assert (a2aw["op"], a2aw["send_bytes"], a2aw["recv_bytes"], a2aw["request"]) == (Op.IALLTOALLW, 24, 16 * (r + 1), 19)
+        assert rows(sig, r, 19) == [(0, 8, 8 * (r + 1)), (1, 16, 8 * (r + 1))]
+        assert completed_requests(sig, e.loc[20].to_dict() | {"rank": r}) == [(19, 1)]
 
 
 def test_every_new_op_is_wrapped_in_both_count_variants():

@@ -22,4 +22,12 @@ for _ in range(2):
     p.Start()
     p.Wait()
 p.Free()
+q = comm.Ireduce_scatter_block(np.ones(2 * n), np.zeros(2))  # sends 2n doubles, gets 2
+q.Wait()
+# every rank sends 1 double to rank 0, 2 to rank 1, ...: receives r+1 from each
+counts = [p + 1 for p in range(n)]
+sdispl = [8 * sum(counts[:p]) for p in range(n)]
+q = comm.Ialltoallw([np.zeros(sum(counts)), counts, sdispl, [MPI.DOUBLE] * n],
+                    [np.zeros(n * (r + 1)), [r + 1] * n, [8 * (r + 1) * p for p in range(n)], [MPI.DOUBLE] * n])
+q.Wait()
 cart.Free()
