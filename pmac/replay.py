@@ -69,17 +69,14 @@ import numpy as np
 from numba import njit
 
 from . import collectives as C
+from . import replay_core as core
+from . import replay_passes as passes
 from .errors import InputError, ReplayError
 from .profile import LinkModel, NetworkModel
+from .replay_core import (B_EVENT, B_INST, B_NEVER, K_COLL, K_ICOLL, K_IRECV, K_ISEND, K_LOCAL, K_RECV,
+                          K_SEND, K_SENDRECV, K_WAIT, P_UNMATCHED)
 from .topology import Topology, routes
-from .trace import ANY_SOURCE, COMPLETION_OPS, NONE, Op, op_name
-
-# event kinds in the core
-K_LOCAL, K_SEND, K_RECV, K_SENDRECV, K_ISEND, K_IRECV, K_WAIT, K_COLL, K_ICOLL = range(9)
-# what a blocked rank waits for
-B_NONE, B_EVENT, B_INST, B_NEVER = 0, 1, 2, 3
-# partner codes
-P_NULL, P_UNMATCHED = -1, -2
+from .trace import COMPLETION_OPS, NONE, Op, op_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,586 +184,6 @@ def pack_network(network: NetworkModel, placement: np.ndarray, options: ReplayOp
     return net
 
 
-# ------------------------------------------------------------------ the core
-
-@njit(cache=True)
-def _wake(bk, bw, q, kind_, what, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr):
-    if bk[q] == kind_ and bw[q] == what:
-        bk[q] = B_NONE
-        if ordered:
-            _heap_push(heap_keys, heap_vals, hn, post_t[ptr[q]], q)
-        else:
-            stack[sn[0]] = q
-            sn[0] += 1
-
-
-@njit(cache=True)
-def _heap_push(keys, vals, hn, key, val):
-    i = hn[0]
-    hn[0] += 1
-    keys[i] = key
-    vals[i] = val
-    while i > 0:
-        p = (i - 1) >> 1
-        if keys[p] < keys[i] or (keys[p] == keys[i] and vals[p] <= vals[i]):
-            break
-        keys[p], keys[i] = keys[i], keys[p]
-        vals[p], vals[i] = vals[i], vals[p]
-        i = p
-
-
-@njit(cache=True)
-def _heap_pop(keys, vals, hn):
-    top = vals[0]
-    hn[0] -= 1
-    n = hn[0]
-    keys[0] = keys[n]
-    vals[0] = vals[n]
-    i = 0
-    while True:
-        a = 2 * i + 1
-        if a >= n:
-            break
-        b = a + 1
-        c = a
-        if b < n and (keys[b] < keys[a] or (keys[b] == keys[a] and vals[b] < vals[a])):
-            c = b
-        if keys[i] < keys[c] or (keys[i] == keys[c] and vals[i] <= vals[c]):
-            break
-        keys[c], keys[i] = keys[i], keys[c]
-        vals[c], vals[i] = vals[i], vals[c]
-        i = c
-    return top
-
-
-@njit(cache=True)
-def _run(lk, o_r2, rank_off, kind, mode, burst, sbytes, ev_rank, node_of_rank, snode, rnode, psend, precv,
-         wreq_off, wreq_ev, inst_of, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s,
-         ordered, want_tl, post_t, end_t, arrival, done_t, cause, comm_out, wait_out, clock, ptr, bk, bw):
-    n_ranks = rank_off.shape[0] - 1
-    n_inst = inst_off.shape[0] - 1
-    inst_count = np.zeros(n_inst, np.int64)
-    inst_maxarr = np.full(n_inst, -np.inf)
-    inst_last = np.full(n_inst, -1, np.int64)
-    net, flags, o_s2, eager2, wire, w0 = lk
-    buffered = flags[0]
-    heap_keys = np.empty(n_ranks + 1)
-    heap_vals = np.empty(n_ranks + 1, np.int64)
-    hn = np.zeros(1, np.int64)
-    stack = np.empty(n_ranks + 1, np.int64)
-    sn = np.zeros(1, np.int64)
-    for r in range(n_ranks - 1, -1, -1):
-        ptr[r] = rank_off[r]
-        clock[r] = 0.0
-        if rank_off[r] < rank_off[r + 1]:
-            if ordered:
-                _heap_push(heap_keys, heap_vals, hn, burst[rank_off[r]], r)
-            else:
-                stack[sn[0]] = r
-                sn[0] += 1
-    tbuf = np.empty(n_ranks)
-    nbuf = np.empty(n_ranks, np.int64)
-    while True:
-        if ordered:
-            if hn[0] == 0:
-                break
-            r = _heap_pop(heap_keys, heap_vals, hn)
-        else:
-            if sn[0] == 0:
-                break
-            sn[0] -= 1
-            r = stack[sn[0]]
-        end_r = rank_off[r + 1]
-        while ptr[r] < end_r:
-            e = ptr[r]
-            k = kind[e]
-            if np.isnan(post_t[e]):
-                t0 = clock[r] + burst[e]
-                post_t[e] = t0
-                # ---- posting side effects
-                if (k == K_SEND or k == K_SENDRECV or k == K_ISEND) and snode[e] >= 0 and buffered != 0:
-                    link = 0 if node_of_rank[r] == snode[e] else 1
-                    if _eager(eager2[link], sbytes[e], mode[e]):
-                        arrival[e] = _arrival(lk, e, node_of_rank[r], snode[e], sbytes[e], mode[e], t0, t0)
-                if k == K_COLL or k == K_ICOLL:
-                    i = inst_of[e]
-                    inst_count[i] += 1
-                    if t0 >= inst_maxarr[i]:
-                        inst_maxarr[i] = t0
-                        inst_last[i] = e
-                    if inst_count[i] == inst_off[i + 1] - inst_off[i]:
-                        n = inst_off[i + 1] - inst_off[i]
-                        tt = tbuf[:n]
-                        nn = nbuf[:n]
-                        for j in range(n):
-                            x = inst_ev[inst_off[i] + j]
-                            tt[j] = post_t[x]
-                            nn[j] = node_of_rank[ev_rank[x]]
-                        if not np.isnan(inst_table_s[i]):
-                            for j in range(n):
-                                tt[j] = inst_maxarr[i] + inst_table_s[i]
-                        else:
-                            C.collective_exit(net, inst_op[i], nn, tt, inst_root[i], inst_bytes[i])
-                        for j in range(n):
-                            x = inst_ev[inst_off[i] + j]
-                            done_t[x] = tt[j]
-                            q = ev_rank[x]
-                            if q != r:
-                                _wake(bk, bw, q, B_INST, i, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr)
-                # wake partners waiting for this post
-                y = psend[e]
-                if y >= 0 and (k == K_SEND or k == K_SENDRECV or k == K_ISEND):
-                    _wake(bk, bw, ev_rank[y], B_EVENT, e, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr)
-                y = precv[e]
-                if y >= 0 and (k == K_RECV or k == K_SENDRECV or k == K_IRECV):
-                    _wake(bk, bw, ev_rank[y], B_EVENT, e, heap_keys, heap_vals, hn, stack, sn, ordered, post_t, ptr)
-            t0 = post_t[e]
-            end = t0
-            ref = t0  # latest partner post this call waited for
-            cz = -1   # the partner event that determined the end (critical path)
-            blocked = False
-            if k == K_SEND or k == K_SENDRECV or k == K_ISEND:
-                if snode[e] >= 0:
-                    link = 0 if node_of_rank[r] == snode[e] else 1
-                    if k == K_ISEND:
-                        end = t0 + o_s2[link]
-                    else:
-                        d, w = _send_done(lk, e, r, link, post_t, arrival, psend, mode, sbytes,
-                                          node_of_rank, snode)
-                        if w == -1:
-                            end = max(end, d)
-                            p = psend[e]
-                            if p >= 0 and not _eager(eager2[link], sbytes[e], mode[e]) and post_t[p] > ref:
-                                ref = post_t[p]
-                                cz = p
-                        else:
-                            blocked = True
-                            bk[r] = B_NEVER if w == -2 else B_EVENT
-                            bw[r] = e if w == -2 else w
-            if not blocked and (k == K_RECV or k == K_SENDRECV):
-                s = precv[e]
-                if s != P_NULL:
-                    if s == P_UNMATCHED:
-                        blocked = True
-                        bk[r] = B_NEVER
-                        bw[r] = e
-                    elif np.isnan(post_t[s]):
-                        blocked = True
-                        bk[r] = B_EVENT
-                        bw[r] = s
-                    else:
-                        d = _recv_done(lk, o_r2, e, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, rnode)
-                        if d > end:
-                            end = d
-                        if post_t[s] > ref:
-                            ref = post_t[s]
-                            cz = s
-            if k == K_WAIT:
-                for j in range(wreq_off[e], wreq_off[e + 1]):
-                    x = wreq_ev[j]
-                    kx = kind[x]
-                    if kx == K_ISEND:
-                        if snode[x] < 0:
-                            continue
-                        link = 0 if node_of_rank[r] == snode[x] else 1
-                        d, w = _send_done(lk, x, r, link, post_t, arrival, psend, mode, sbytes,
-                                          node_of_rank, snode)
-                        if w != -1:
-                            blocked = True
-                            bk[r] = B_NEVER if w == -2 else B_EVENT
-                            bw[r] = x if w == -2 else w
-                            break
-                        if d > end:
-                            end = d
-                        p = psend[x]
-                        if p >= 0 and not _eager(eager2[link], sbytes[x], mode[x]) and post_t[p] > ref:
-                            ref = post_t[p]
-                            cz = p
-                    elif kx == K_IRECV:
-                        s = precv[x]
-                        if s == P_NULL:
-                            continue
-                        if s == P_UNMATCHED:
-                            blocked = True
-                            bk[r] = B_NEVER
-                            bw[r] = x
-                            break
-                        if np.isnan(post_t[s]):
-                            blocked = True
-                            bk[r] = B_EVENT
-                            bw[r] = s
-                            break
-                        d = _recv_done(lk, o_r2, x, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, rnode)
-                        if d > end:
-                            end = d
-                        if post_t[s] > ref:
-                            ref = post_t[s]
-                            cz = s
-                    elif kx == K_ICOLL:
-                        i = inst_of[x]
-                        if np.isnan(done_t[x]):
-                            blocked = True
-                            bk[r] = B_INST
-                            bw[r] = i
-                            break
-                        if done_t[x] > end:
-                            end = done_t[x]
-                        if inst_maxarr[i] > ref:
-                            ref = inst_maxarr[i]
-                            cz = inst_last[i]
-            elif k == K_COLL:
-                i = inst_of[e]
-                if np.isnan(done_t[e]):
-                    blocked = True
-                    bk[r] = B_INST
-                    bw[r] = i
-                else:
-                    end = done_t[e]
-                    ref = inst_maxarr[i]
-                    cz = inst_last[i]
-            if blocked:
-                break
-            bk[r] = B_NONE
-            dur = end - t0
-            wt = ref - t0
-            if wt < 0.0:
-                wt = 0.0
-            if wt > dur:
-                wt = dur
-            wait_out[r] += wt
-            comm_out[r] += dur - wt
-            if cz >= 0 and ev_rank[cz] == r:
-                cz = -1
-            cause[e] = cz if wt > 0.0 else -1
-            if want_tl:
-                end_t[e] = end
-            clock[r] = end
-            ptr[r] = e + 1
-            if ordered:
-                if e + 1 < end_r:
-                    _heap_push(heap_keys, heap_vals, hn, end + burst[e + 1], r)
-                break
-    done = True
-    for r in range(n_ranks):
-        if ptr[r] < rank_off[r + 1]:
-            done = False
-    return done
-
-
-@njit(cache=True, inline="always")
-def _eager(threshold, m, mode):
-    """mode 0 standard, 1 synchronous (always rendezvous), 2 buffered (always eager)."""
-    if mode == 1:
-        return False
-    if mode == 2:
-        return True
-    return m <= threshold
-
-
-@njit(cache=True)
-def _arrival(lk, s, src_node, dst_node, m, mode, ts, tr):
-    """pmac.collectives.arrival_s for send event ``s`` with its precomputed wire times (the same
-    arithmetic); under contention inter-node transfers go through collectives.transfer."""
-    net, flags, o_s2, eager2, wire, w0 = lk
-    link = 0 if src_node == dst_node else 1
-    if _eager(eager2[link], m, mode):
-        ready = ts + o_s2[link]
-        if flags[0] == 0 and tr > ready:
-            ready = tr
-    elif flags[1] != 0:
-        l0 = w0[s]
-        ready = max(ts + o_s2[link] + l0, tr) + l0
-    else:
-        ready = max(ts + o_s2[link], tr)
-    if link == 1 and flags[2] != 0:
-        return C.transfer(net, src_node, dst_node, m, ready)
-    return ready + wire[s]
-
-
-@njit(cache=True)
-def _send_done(lk, e, r, link, post_t, arrival, psend, mode, sbytes, node_of_rank, snode):
-    """(done time, -1) or (nan, event waited for) or (nan, -2) when it can never complete."""
-    if _eager(lk[3][link], sbytes[e], mode[e]):
-        return post_t[e] + lk[2][link], -1
-    p = psend[e]
-    if p < 0:
-        return np.nan, -2
-    if np.isnan(post_t[p]):
-        return np.nan, p
-    if np.isnan(arrival[e]):
-        arrival[e] = _arrival(lk, e, node_of_rank[r], snode[e], sbytes[e], mode[e], post_t[e], post_t[p])
-    return arrival[e], -1
-
-
-@njit(cache=True)
-def _recv_done(lk, o_r2, e, s, post_t, arrival, mode, sbytes, node_of_rank, ev_rank, rnode):
-    src = rnode[e]
-    dst = node_of_rank[ev_rank[e]]
-    if np.isnan(arrival[s]):
-        arrival[s] = _arrival(lk, s, src, dst, sbytes[s], mode[s], post_t[s], post_t[e])
-    link = 0 if src == dst else 1
-    return max(post_t[e], arrival[s]) + o_r2[link]
-
-
-@njit(cache=True)
-def _wire_times(net, kind, rank, node_of_rank, snode, sbytes, wire, w0):
-    """Uncontended wire time of every send's message, and of an empty message on its path."""
-    last_m = np.full(2, -1.0)
-    last_w = np.zeros(2)
-    zero_w = np.zeros(2)
-    for k in range(2):
-        zero_w[k] = C.wire_s(net, k, 0.0)
-    per_route = net[1][C.NI_ROUTE_TIMING] != 0
-    for e in range(kind.shape[0]):
-        d = snode[e]
-        if d < 0 or not _is_send(kind[e]):
-            continue
-        src = node_of_rank[rank[e]]
-        link = 0 if src == d else 1
-        m = sbytes[e]
-        if per_route and link == 1:
-            wire[e] = C.wire_nodes(net, src, d, m)
-            w0[e] = C.wire_nodes(net, src, d, 0.0)
-            continue
-        if m != last_m[link]:
-            last_m[link] = m
-            last_w[link] = C.wire_s(net, link, m)
-        wire[e] = last_w[link]
-        w0[e] = zero_w[link]
-
-
-# ------------------------------------------------------------------ preparation (numba passes)
-# A growable open-addressing hash table of (a, b) int64 key pairs -> dense ids 0, 1, ... in order
-# of first insertion: arrays (ta, tb, tv), tv[slot] = id or -1.
-
-@njit(cache=True)
-def _ht_new(cap):
-    return np.empty(cap, np.int64), np.empty(cap, np.int64), np.full(cap, -1, np.int64)
-
-
-@njit(cache=True)
-def _ht_slot(ta, tb, tv, a, b):
-    mask = tv.shape[0] - 1
-    h = a * -7046029254386353131 + b * 1442695040888963407
-    h = (h ^ (h >> 31)) & mask
-    while tv[h] >= 0 and (ta[h] != a or tb[h] != b):
-        h = (h + 1) & mask
-    return h
-
-
-@njit(cache=True)
-def _ht_id(tabs, a, b, n_keys):
-    """(id of key (a, b), inserting it as id n_keys when new; the tables, grown when half full)."""
-    ta, tb, tv = tabs
-    h = _ht_slot(ta, tb, tv, a, b)
-    if tv[h] >= 0:
-        return tv[h], tabs
-    ta[h], tb[h], tv[h] = a, b, n_keys
-    if 2 * (n_keys + 1) > tv.shape[0]:
-        na, nb, nv = _ht_new(2 * tv.shape[0])
-        for s in range(tv.shape[0]):
-            if tv[s] >= 0:
-                g = _ht_slot(na, nb, nv, ta[s], tb[s])
-                na[g], nb[g], nv[g] = ta[s], tb[s], tv[s]
-        tabs = (na, nb, nv)
-    return n_keys, tabs
-
-
-@njit(cache=True)
-def _ht_get(tabs, a, b):
-    ta, tb, tv = tabs
-    return tv[_ht_slot(ta, tb, tv, a, b)]
-
-
-@njit(cache=True, inline="always")
-def _is_send(k):
-    return k == K_SEND or k == K_SENDRECV or k == K_ISEND
-
-
-@njit(cache=True, inline="always")
-def _is_recv(k):
-    return k == K_RECV or k == K_SENDRECV or k == K_IRECV
-
-
-@njit(cache=True)
-def _scan(op, rank, dest, source, burst, n_ranks, kind_lut, mode_lut, node_of_rank, kind, mode, snode, rnode):
-    """Kinds, modes and peer nodes of every event; (error code, event) of the first bad one:
-    1 destination or 2 source not a rank, 3 receive still MPI_ANY_SOURCE, 4 bad burst, 5 rank out
-    of range."""
-    for e in range(op.shape[0]):
-        if not (burst[e] >= 0.0 and burst[e] < np.inf):
-            return 4, e
-        if rank[e] < 0 or rank[e] >= n_ranks:
-            return 5, e
-        o = op[e] & 0xFF
-        k = kind_lut[o]
-        kind[e] = k
-        mode[e] = mode_lut[o]
-        snode[e] = -1
-        rnode[e] = -1
-        if _is_send(k):
-            d = dest[e]
-            if d >= n_ranks or d < NONE:
-                return 1, e
-            if d >= 0:
-                snode[e] = node_of_rank[d]
-        if _is_recv(k):
-            s = source[e]
-            if s == ANY_SOURCE:
-                return 3, e
-            if s >= n_ranks or s < NONE:
-                return 2, e
-            if s >= 0:
-                rnode[e] = node_of_rank[s]
-    return 0, -1
-
-
-@njit(cache=True)
-def _match(kind, rank, dest, source, comm, send_tag, recv_tag, psend, precv):
-    """Point-to-point matching: the k-th send of (comm, source, dest, tag) to the k-th receive of
-    the same key, in event order (MPI's non-overtaking rule); a (comm, source, dest) pair with a
-    MPI_ANY_TAG receive ignores tags. Fills psend / precv (partner event, P_NULL, P_UNMATCHED) and
-    returns the number of matched messages. O(n) with hash tables, no sort."""
-    n = kind.shape[0]
-    wild = _ht_new(64)
-    n_wild = 0
-    for e in range(n):
-        if _is_recv(kind[e]) and source[e] >= 0 and recv_tag[e] < 0:
-            key, wild = _ht_id(wild, (np.int64(comm[e]) << 32) | source[e], rank[e], n_wild)
-            if key == n_wild:
-                n_wild += 1
-    keys = _ht_new(1024)
-    n_keys = 0
-    s_key = np.full(n, -1, np.int64)
-    r_key = np.full(n, -1, np.int64)
-    cnt = np.zeros(1024, np.int64)  # per key: receives seen, then sends seen
-    for e in range(n):
-        k = kind[e]
-        psend[e] = P_UNMATCHED
-        precv[e] = P_UNMATCHED
-        for side in range(2):
-            if side == 0:
-                if not _is_send(k):
-                    continue
-                if dest[e] < 0:
-                    psend[e] = P_NULL
-                    continue
-                src, dst, tag = np.int64(rank[e]), np.int64(dest[e]), np.int64(send_tag[e])
-            else:
-                if not _is_recv(k):
-                    continue
-                if source[e] < 0:
-                    precv[e] = P_NULL
-                    continue
-                src, dst, tag = np.int64(source[e]), np.int64(rank[e]), np.int64(recv_tag[e])
-            a = np.int64(comm[e]) << 32
-            if n_wild and _ht_get(wild, a | src, dst) >= 0:
-                tag = 0
-            key, keys = _ht_id(keys, a | (tag & 0xFFFFFFFF), (src << 32) | dst, n_keys)
-            if key == n_keys:
-                n_keys += 1
-                if n_keys > cnt.shape[0]:
-                    c2 = np.zeros(2 * cnt.shape[0], np.int64)
-                    c2[:cnt.shape[0]] = cnt
-                    cnt = c2
-            if side == 0:
-                s_key[e] = key
-            else:
-                r_key[e] = key
-                cnt[key] += 1
-    # receives of each key in event order: slots rslot[roff[key] ...]
-    roff = np.zeros(n_keys + 1, np.int64)
-    for i in range(n_keys):
-        roff[i + 1] = roff[i] + cnt[i]
-    rslot = np.empty(roff[n_keys], np.int64)
-    for i in range(n_keys):
-        cnt[i] = 0
-    for e in range(n):
-        key = r_key[e]
-        if key >= 0:
-            rslot[roff[key] + cnt[key]] = e
-            cnt[key] += 1
-    for i in range(n_keys):
-        cnt[i] = 0
-    n_msg = 0
-    for e in range(n):
-        key = s_key[e]
-        if key >= 0:
-            j = cnt[key]
-            cnt[key] += 1
-            if j < roff[key + 1] - roff[key]:
-                x = rslot[roff[key] + j]
-                psend[e] = x
-                precv[x] = e
-                n_msg += 1
-    return n_msg
-
-
-@njit(cache=True)
-def _resolve_waits(kind, op, rank, request, req_offset, n_requests, req_rank, req_handle, req_done, wreq_off):
-    """For each completion call, the events that created the requests it completes (all for
-    Wait/Waitall, the completed ones for the others): the latest Isend/Irecv/I-collective with the
-    same handle earlier on the same rank, in event order. Fills wreq_off (CSR) and returns
-    (wreq_ev, error code, event): 1 rows outside the requests table, 2 rows of another rank."""
-    n = kind.shape[0]
-    n_rows = req_rank.shape[0]
-    out = np.empty(n_rows, np.int64)
-    m = 0
-    tabs = _ht_new(1024)
-    n_keys = 0
-    creator = np.empty(1024, np.int64)
-    wreq_off[0] = 0
-    for e in range(n):
-        k = kind[e]
-        if (k == K_ISEND or k == K_IRECV or k == K_ICOLL) and request[e] != NONE:
-            key, tabs = _ht_id(tabs, np.int64(rank[e]), request[e], n_keys)
-            if key == n_keys:
-                n_keys += 1
-                if n_keys > creator.shape[0]:
-                    c2 = np.empty(2 * creator.shape[0], np.int64)
-                    c2[:creator.shape[0]] = creator
-                    creator = c2
-            creator[key] = e
-        elif k == K_WAIT and n_requests[e] > 0:
-            lo = req_offset[e]
-            hi = lo + n_requests[e]
-            if lo < 0 or hi > n_rows:
-                return out[:0], 1, e
-            all_done = op[e] == 50 or op[e] == 51  # Wait, Waitall
-            first = m
-            for row in range(lo, hi):
-                if req_rank[row] != rank[e]:
-                    return out[:0], 2, e
-                if not all_done and req_done[row] != 1:
-                    continue
-                key = _ht_get(tabs, np.int64(rank[e]), req_handle[row])
-                if key < 0:
-                    continue
-                c = creator[key]
-                j = m  # insertion sort by creator (stable)
-                while j > first and out[j - 1] > c:
-                    out[j] = out[j - 1]
-                    j -= 1
-                out[j] = c
-                m += 1
-        wreq_off[e + 1] = m
-    return out[:m], 0, -1
-
-
-@njit(cache=True)
-def _bytes_moved(kind, rank, snode, sbytes, precv, n_ranks):
-    """Bytes of point-to-point sends posted per rank and bytes received through matched messages."""
-    sent = np.zeros(n_ranks)
-    got = np.zeros(n_ranks)
-    for e in range(kind.shape[0]):
-        if _is_send(kind[e]) and snode[e] >= 0:
-            sent[rank[e]] += sbytes[e]
-        s = precv[e]
-        if s >= 0:
-            got[rank[e]] += sbytes[s]
-    return sent, got
-
-
 # ------------------------------------------------------------------ preparation (vectorised)
 
 _KIND = np.full(256, K_LOCAL, np.int8)
@@ -847,11 +264,17 @@ class _Prepared:
     op: np.ndarray
     rank_off: np.ndarray
     kind: np.ndarray
-    mode: np.ndarray
     burst: np.ndarray
+    #: send_bytes and dest of the events (the caller's columns where their dtypes fit)
     sbytes: np.ndarray
-    snode: np.ndarray
-    rnode: np.ndarray
+    dest: np.ndarray
+    #: eager / inter-node bits of sends and receives, a send's uncontended wire time
+    #: (pmac.replay_passes.scan)
+    sflag: np.ndarray
+    wire: np.ndarray
+    #: the packed network (pmac.collectives), its contention state fresh
+    nf: np.ndarray
+    ni: np.ndarray
     psend: np.ndarray
     precv: np.ndarray
     wreq_off: np.ndarray
@@ -894,22 +317,6 @@ def _starts_as_nonblocking(rank: np.ndarray, cols: dict) -> None:
     for name in _PERSISTENT_FIELDS:
         cols[name][s_ev] = cols[name][i_ev]
     cols["op"][s_ev] = np.where(cols["op"][i_ev] == Op.SEND_INIT, int(Op.ISEND), int(Op.IRECV))
-
-
-@njit(cache=True)
-def _sorted_by_rank_seq(rank, seq):
-    for e in range(1, rank.shape[0]):
-        if rank[e] < rank[e - 1] or (rank[e] == rank[e - 1] and seq[e] <= seq[e - 1]):
-            return False
-    return True
-
-
-@njit(cache=True)
-def _op_histogram(op):
-    out = np.zeros(256, np.int64)
-    for e in range(op.shape[0]):
-        out[op[e] & 0xFF] += 1
-    return out
 
 
 def _startall_as_starts(rank, seq, burst, cols, requests):
@@ -958,7 +365,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
                      ("req_offset", np.int64), ("n_requests", np.int32)):
         cols[name] = _col(events, name, dt)
     order = None
-    if n > 1 and not _sorted_by_rank_seq(rank, seq):
+    if n > 1 and not passes.sorted_by_rank_seq(rank, seq):
         order = np.lexsort((seq, rank))
         rank, seq, burst = rank[order], seq[order], burst[order]
         cols = {k: v[order] for k, v in cols.items()}
@@ -974,7 +381,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         node_of_rank = np.array(placement, dtype=np.int64, copy=True)
         if node_of_rank.shape != (n_ranks,) or (n_ranks and node_of_rank.min() < 0):
             raise InputError(f"placement must give a node >= 0 for each of the {n_ranks} ranks")
-    op_count = _op_histogram(cols["op"])
+    op_count = passes.op_histogram(cols["op"])
     first_of = None
     if op_count[Op.STARTALL]:
         rank, seq, burst, first_of = _startall_as_starts(rank, seq, burst, cols, requests)
@@ -986,17 +393,21 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     op = cols["op"]
     dest, source, comm = cols["dest"], cols["source"], cols["comm"]
     kind = np.empty(n, np.int8)
-    mode = np.empty(n, np.int8)
-    snode = np.empty(n, np.int64)
-    rnode = np.empty(n, np.int64)
+    sflag = np.empty(n, np.int8)
+    wire = np.empty(n)  # read only where set
+    sbytes = cols["send_bytes"]
+    nf, ni = pack_network(network, node_of_rank if n_ranks else np.zeros(1, np.int64), options)
     display_op = cols.pop("display_op", op)
 
     def where_str(e):
         return f"rank {int(rank[e])} {op_name(display_op[e])} (seq {int(seq[e])})"
 
-    err, e = _scan(op, rank, dest, source, burst, n_ranks, _KIND, _MODE, node_of_rank, kind, mode, snode, rnode)
+    err, e = passes.scan(op, rank, dest, source, burst, sbytes, n_ranks, _KIND, _MODE, node_of_rank, nf, ni,
+                         kind, sflag, wire)
     if err == 4:
         raise InputError("burst_s must be finite and >= 0")
+    if err == 5:
+        raise InputError(f"events: rank {int(rank[e])} outside 0..{n_ranks - 1}")
     if err in (1, 2):
         what, arr = ("destination", dest) if err == 1 else ("source", source)
         raise ReplayError(f"{where_str(e)}: {what} {int(arr[e])} is not a rank of this trace")
@@ -1006,7 +417,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     # ---- point-to-point matching (hash tables, O(n))
     psend = np.empty(n, np.int64)
     precv = np.empty(n, np.int64)
-    n_messages = int(_match(kind, rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], psend, precv))
+    n_messages = int(passes.match(kind, rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], psend, precv))
 
     # ---- requests of completion calls -> the events that created them
     wreq_off = np.zeros(n + 1, np.int64)
@@ -1016,7 +427,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
             if np.any((kind == K_WAIT) & (cols["n_requests"] > 0)):
                 raise InputError("events have wait/test calls but no requests table was given")
         else:
-            wreq_ev, err, e = _resolve_waits(kind, op, rank, cols["request"], cols["req_offset"],
+            wreq_ev, err, e = passes.resolve_waits(kind, op, rank, cols["request"], cols["req_offset"],
                                              cols["n_requests"], _col(requests, "rank", np.int32),
                                              _col(requests, "request", np.int64),
                                              _col(requests, "completed", np.int8), wreq_off)
@@ -1110,8 +521,8 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
             missing = np.flatnonzero(inst_ev < 0)
             inst_ev = np.where(inst_ev < 0, n, inst_ev)  # sentinel (never posted)
             del missing
-    return _Prepared(n_ranks=n_ranks, rank=rank, seq=seq, op=op, rank_off=rank_off, kind=kind, mode=mode,
-                     burst=burst, sbytes=cols["send_bytes"].astype(np.float64), snode=snode, rnode=rnode,
+    return _Prepared(n_ranks=n_ranks, rank=rank, seq=seq, op=op, rank_off=rank_off, kind=kind,
+                     burst=burst, sbytes=sbytes, dest=dest, sflag=sflag, wire=wire, nf=nf, ni=ni,
                      psend=psend, precv=precv, wreq_off=wreq_off, wreq_ev=np.ascontiguousarray(wreq_ev),
                      inst_of=inst_of, inst_off=inst_off, inst_ev=inst_ev, inst_op=inst_op,
                      inst_root=inst_root, inst_bytes=inst_bytes, inst_table_s=inst_table,
@@ -1162,12 +573,10 @@ def replay(events, burst_s=None, placement=None, network: NetworkModel | None = 
     if progress:
         progress(0.0, "matching messages")
     prep = _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks)
-    net = pack_network(network, prep.node_of_rank if prep.n_ranks else np.zeros(1, np.int64), options)
     n = prep.kind.size
     post_t = np.full(n + 1, np.nan)  # +1: sentinel event that never posts (missing collective member)
     arrival = np.full(n + 1, np.nan)
-    done_t = np.full(n + 1, np.nan)
-    cause = np.full(n + 1, -1, np.int64)
+    cause = np.empty(n + 1, np.int64)
     end_t = np.full(n + 1 if options.timeline else 1, np.nan)
     p = prep.n_ranks
     comm_out = np.zeros(p)
@@ -1178,24 +587,17 @@ def replay(events, burst_s=None, placement=None, network: NetworkModel | None = 
     bw = np.zeros(p, np.int64)
     if progress:
         progress(0.1, "replaying")
-    ev_rank = np.concatenate([prep.rank.astype(np.int64), [-1]])
-    wire = np.zeros(n)
-    w0 = np.zeros(n)
-    _wire_times(net, prep.kind, prep.rank, prep.node_of_rank, prep.snode, prep.sbytes, wire, w0)
-    nf, ni = net
-    flags = ni[C.NI_BUFFERED:C.NI_CONTENTION + 1].copy()
-    lk = (net, flags, nf[C.NF_O_S:C.NF_O_S + 2].copy(), nf[C.NF_EAGER:C.NF_EAGER + 2].copy(), wire, w0)
-    ok = _run(lk, nf[C.NF_O_R:C.NF_O_R + 2].copy(), prep.rank_off, prep.kind, prep.mode, prep.burst, prep.sbytes, ev_rank, prep.node_of_rank,
-              prep.snode, prep.rnode, prep.psend, prep.precv, prep.wreq_off, prep.wreq_ev, prep.inst_of,
-              prep.inst_off, prep.inst_ev, prep.inst_op, prep.inst_root, prep.inst_bytes, prep.inst_table_s,
-              bool(options.contention), bool(options.timeline), post_t, end_t, arrival, done_t, cause,
-              comm_out, wait_out, clock, ptr, bk, bw)
+    ok = core.run(prep.nf, prep.ni, prep.rank_off, prep.kind, prep.sflag, prep.wire, prep.sbytes, prep.dest,
+                  prep.node_of_rank, prep.rank, prep.burst, prep.psend, prep.precv, prep.wreq_off, prep.wreq_ev,
+                  prep.inst_of, prep.inst_off, prep.inst_ev, prep.inst_op, prep.inst_root, prep.inst_bytes,
+                  prep.inst_table_s, bool(options.contention), bool(options.timeline), post_t, end_t, arrival,
+                  cause, comm_out, wait_out, clock, ptr, bk, bw)
     if not ok:
         raise ReplayError(_deadlock_message(prep, ptr, bk, bw))
     compute = np.bincount(prep.rank, weights=prep.burst, minlength=p) if n else np.zeros(p)
     finish = clock.copy()
     crit = _critical(prep, post_t, cause, finish)
-    sent, received = _bytes_moved(prep.kind, prep.rank, prep.snode, prep.sbytes, prep.precv, p)
+    sent, received = passes.bytes_moved(prep.kind, prep.rank, prep.dest, prep.sbytes, prep.precv, p)
     first = prep.first_of
     res = dict(n_ranks=p, n_events=n if first is None else first.size, finish_s=finish, compute_s=compute, comm_s=comm_out, wait_s=wait_out,
                critical_rank_s=crit, n_collectives=int(prep.inst_off.size - 1), n_messages=prep.n_messages,
@@ -1251,7 +653,7 @@ def _critical_walk(rank_off, ev_rank, post_t, cause, finish, out):
 def _critical(prep, post_t, cause, finish):
     out = np.zeros(prep.n_ranks)
     if prep.n_ranks and prep.kind.size:
-        _critical_walk(prep.rank_off, prep.rank.astype(np.int64), post_t, cause, finish, out)
+        _critical_walk(prep.rank_off, prep.rank, post_t, cause, finish, out)
     return out
 
 

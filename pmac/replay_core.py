@@ -1,0 +1,370 @@
+"""The event loop of the replay (numba): every rank's calls in order, on prepared arrays.
+
+:mod:`pmac.replay` prepares the arrays (matching, wait resolution, per-send link constants) and
+documents the semantics; this module only runs them. Its speed comes from three rules, each
+measured (``bench/replay``):
+
+- No call with array arguments on the per-event path. numba passes every array argument with
+  reference-count updates (atomic operations): a helper taking eight arrays costs ~50 ns a call
+  even with ``inline="always"``, the same body written in place ~1.5 ns. The helpers here take
+  scalars; the wake-up and the heap push are written where they are used. Only collectives (once
+  per instance) and contended transfers call into :mod:`pmac.collectives` with the net arrays.
+- Per-send constants come precomputed: eager or not, the link kind, the send/receive overheads
+  of the link, the uncontended wire time of the message and of an empty message.
+- A wait blocked on its j-th request resumes at j: the requests before it are complete and
+  their contributions (latest end, latest partner post) are kept per rank.
+
+Event kinds (``kind``), what a blocked rank waits for (``bk``) and partner codes are the
+constants below; :mod:`pmac.replay` uses the same ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import collectives as C
+
+# event kinds in the core
+K_LOCAL, K_SEND, K_RECV, K_SENDRECV, K_ISEND, K_IRECV, K_WAIT, K_COLL, K_ICOLL = range(9)
+# what a blocked rank waits for
+B_NONE, B_EVENT, B_INST, B_NEVER = 0, 1, 2, 3
+# partner codes
+P_NULL, P_UNMATCHED = -1, -2
+# bits of sflag: the send is eager; the send goes to another node; the receive comes from another node
+F_EAGER, F_INTER, F_RINTER = 1, 2, 4
+
+
+@njit(cache=True)
+def heap_push(keys, vals, hn, key, val):
+    i = hn[0]
+    hn[0] += 1
+    keys[i] = key
+    vals[i] = val
+    while i > 0:
+        p = (i - 1) >> 1
+        if keys[p] < keys[i] or (keys[p] == keys[i] and vals[p] <= vals[i]):
+            break
+        keys[p], keys[i] = keys[i], keys[p]
+        vals[p], vals[i] = vals[i], vals[p]
+        i = p
+
+
+@njit(cache=True)
+def heap_pop(keys, vals, hn):
+    top = vals[0]
+    hn[0] -= 1
+    n = hn[0]
+    keys[0] = keys[n]
+    vals[0] = vals[n]
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= n:
+            break
+        b = a + 1
+        c = a
+        if b < n and (keys[b] < keys[a] or (keys[b] == keys[a] and vals[b] < vals[a])):
+            c = b
+        if keys[i] < keys[c] or (keys[i] == keys[c] and vals[i] <= vals[c]):
+            break
+        keys[c], keys[i] = keys[i], keys[c]
+        vals[c], vals[i] = vals[i], vals[c]
+        i = c
+    return top
+
+
+@njit(cache=True)
+def _arrive_contended(nf, ni, s, node_of_rank, rank, dest, sbytes, ready):
+    """Arrival of send ``s``'s data leaving at ``ready`` through the contended topology."""
+    return C.transfer((nf, ni), node_of_rank[rank[s]], node_of_rank[dest[s]], float(sbytes[s]), ready)
+
+
+@njit(cache=True)
+def _rendezvous_arrival(nf, ni, s, flag, ts, tr, handshake, contention, per_route, o_s0, o_s1, l0_0, l0_1,
+                        host0, n_hosts, r_lat, wire, node_of_rank, rank, dest, sbytes):
+    """Arrival of rendezvous send ``s`` (posted at ``ts``, its receive at ``tr``); called once per
+    rendezvous message, so its array arguments are affordable."""
+    inter = (flag & F_INTER) != 0
+    o_s = o_s1 if inter else o_s0
+    if handshake != 0:
+        l0 = l0_1 if inter else l0_0
+        if per_route and inter:
+            l0 = nf[r_lat + ni[host0 + node_of_rank[rank[s]]] * n_hosts + ni[host0 + node_of_rank[dest[s]]]]
+        ready = max(ts + o_s + l0, tr) + l0
+    else:
+        ready = max(ts + o_s, tr)
+    if contention and inter:
+        return _arrive_contended(nf, ni, s, node_of_rank, rank, dest, sbytes, ready)
+    return ready + wire[s]
+
+
+@njit(cache=True)
+def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, burst, psend, precv, wreq_off,
+        wreq_ev, inst_of, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s, ordered, want_tl,
+        post_t, end_t, arrival, cause, comm_out, wait_out, clock, ptr, bk, bw):
+    """Replay until every rank is done or blocked; returns True when all finished.
+
+    ``arrival[s]`` is when send s's data arrives, ``arrival[c]`` when collective call c ends."""
+    n_ranks = rank_off.shape[0] - 1
+    n_inst = inst_off.shape[0] - 1
+    buffered = ni[C.NI_BUFFERED]
+    handshake = ni[C.NI_HANDSHAKE]
+    contention = ni[C.NI_CONTENTION] != 0
+    per_route = ni[C.NI_ROUTE_TIMING] != 0
+    o_s0, o_s1 = nf[C.NF_O_S], nf[C.NF_O_S + 1]
+    o_r0, o_r1 = nf[C.NF_O_R], nf[C.NF_O_R + 1]
+    # wire time of an empty message per link kind (first segment's latency), or per route
+    s_cols = ni[C.NI_S]
+    l0_0 = nf[C.NF_SEG + 2 * s_cols]
+    l0_1 = nf[C.NF_SEG + 2 * s_cols + s_cols]
+    host0 = ni[C.NI_NODE_HOST]
+    n_hosts = ni[C.NI_N_HOSTS]
+    r_lat = ni[C.NI_ROUTE_LAT]
+    inst_count = np.zeros(n_inst, np.int64)
+    inst_maxarr = np.full(n_inst, -np.inf)
+    inst_last = np.full(n_inst, -1, np.int64)
+    heap_keys = np.empty(n_ranks + 1)
+    heap_vals = np.empty(n_ranks + 1, np.int64)
+    hn = np.zeros(1, np.int64)
+    stack = np.empty(n_ranks + 1, np.int64)
+    sn = 0
+    # a call blocked on one of its pieces (a request of a wait, the receive half of a sendrecv)
+    # resumes there: position, latest end, latest partner post and the partner event, so far
+    wpos = np.full(n_ranks, -1, np.int64)
+    wend = np.zeros(n_ranks)
+    wref = np.zeros(n_ranks)
+    wcz = np.zeros(n_ranks, np.int64)
+    for r in range(n_ranks - 1, -1, -1):
+        ptr[r] = rank_off[r]
+        clock[r] = 0.0
+        if rank_off[r] < rank_off[r + 1]:
+            if ordered:
+                heap_push(heap_keys, heap_vals, hn, burst[rank_off[r]], r)
+            else:
+                stack[sn] = r
+                sn += 1
+    tbuf = np.empty(n_ranks)
+    nbuf = np.empty(n_ranks, np.int64)
+    while True:
+        if ordered:
+            if hn[0] == 0:
+                break
+            r = heap_pop(heap_keys, heap_vals, hn)
+        else:
+            if sn == 0:
+                break
+            sn -= 1
+            r = stack[sn]
+        end_r = rank_off[r + 1]
+        while ptr[r] < end_r:
+            e = ptr[r]
+            k = kind[e]
+            is_send = k == K_SEND or k == K_SENDRECV or k == K_ISEND
+            is_recv = k == K_RECV or k == K_SENDRECV or k == K_IRECV
+            if np.isnan(post_t[e]):
+                # ---- first visit: the call is posted
+                t0 = clock[r] + burst[e]
+                post_t[e] = t0
+                wpos[r] = -1
+                if is_send and psend[e] != P_NULL and buffered != 0 and (sflag[e] & F_EAGER):
+                    ready = t0 + (o_s1 if sflag[e] & F_INTER else o_s0)
+                    if contention and (sflag[e] & F_INTER):
+                        arrival[e] = _arrive_contended(nf, ni, e, node_of_rank, rank, dest, sbytes, ready)
+                    else:
+                        arrival[e] = ready + wire[e]
+                if k == K_COLL or k == K_ICOLL:
+                    i = inst_of[e]
+                    inst_count[i] += 1
+                    if t0 >= inst_maxarr[i]:
+                        inst_maxarr[i] = t0
+                        inst_last[i] = e
+                    if inst_count[i] == inst_off[i + 1] - inst_off[i]:
+                        n = inst_off[i + 1] - inst_off[i]
+                        tt = tbuf[:n]
+                        nn = nbuf[:n]
+                        for j in range(n):
+                            x = inst_ev[inst_off[i] + j]
+                            tt[j] = post_t[x]
+                            nn[j] = node_of_rank[rank[x]]
+                        if not np.isnan(inst_table_s[i]):
+                            for j in range(n):
+                                tt[j] = inst_maxarr[i] + inst_table_s[i]
+                        else:
+                            C.collective_exit((nf, ni), inst_op[i], nn, tt, inst_root[i], inst_bytes[i])
+                        for j in range(n):
+                            x = inst_ev[inst_off[i] + j]
+                            arrival[x] = tt[j]
+                            q = rank[x]
+                            if q != r and bk[q] == B_INST and bw[q] == i:
+                                bk[q] = B_NONE
+                                if ordered:
+                                    heap_push(heap_keys, heap_vals, hn, post_t[ptr[q]], q)
+                                else:
+                                    stack[sn] = q
+                                    sn += 1
+                # wake the partner if it waits for this post
+                y = psend[e] if is_send else -1
+                for side in range(2):
+                    if y >= 0:
+                        q = rank[y]
+                        if bk[q] == B_EVENT and bw[q] == e:
+                            bk[q] = B_NONE
+                            if ordered:
+                                heap_push(heap_keys, heap_vals, hn, post_t[ptr[q]], q)
+                            else:
+                                stack[sn] = q
+                                sn += 1
+                    y = precv[e] if is_recv and side == 0 else -1
+            t0 = post_t[e]
+            end = t0
+            ref = t0  # latest partner post this call waited for
+            cz = -1   # the partner event that determined it (critical path)
+            blocked = False
+            # the pieces this call completes: a wait's requests (wreq_ev[lo:hi]), or the call's own
+            # halves (0 send, 1 receive) for blocking point-to-point
+            is_wait = k == K_WAIT
+            lo = 0
+            hi = 0
+            if is_wait:
+                lo = wreq_off[e]
+                hi = wreq_off[e + 1]
+            elif k == K_SEND:
+                hi = 1
+            elif k == K_RECV:
+                lo = 1
+                hi = 2
+            elif k == K_SENDRECV:
+                hi = 2
+            elif k == K_ISEND:
+                if psend[e] != P_NULL:
+                    end = t0 + (o_s1 if sflag[e] & F_INTER else o_s0)
+            elif k == K_COLL:
+                i = inst_of[e]
+                if np.isnan(arrival[e]):
+                    blocked = True
+                    bk[r] = B_INST
+                    bw[r] = i
+                else:
+                    end = arrival[e]
+                    ref = inst_maxarr[i]
+                    cz = inst_last[i]
+            j = lo
+            if wpos[r] >= 0:
+                j = wpos[r]
+                end = wend[r]
+                ref = wref[r]
+                cz = wcz[r]
+            while j < hi:
+                if is_wait:
+                    x = wreq_ev[j]
+                    kx = kind[x]
+                    half = 0 if kx == K_ISEND else (1 if kx == K_IRECV else (2 if kx == K_ICOLL else 3))
+                else:
+                    x = e
+                    half = j
+                if half == 0:       # ---- a send is done
+                    p = psend[x]
+                    if p != P_NULL:
+                        if sflag[x] & F_EAGER:
+                            d = post_t[x] + (o_s1 if sflag[x] & F_INTER else o_s0)
+                        else:
+                            if p == P_UNMATCHED:
+                                blocked = True
+                                bk[r] = B_NEVER
+                                bw[r] = x
+                                break
+                            if np.isnan(post_t[p]):
+                                blocked = True
+                                bk[r] = B_EVENT
+                                bw[r] = p
+                                break
+                            if np.isnan(arrival[x]):
+                                arrival[x] = _rendezvous_arrival(nf, ni, x, sflag[x], post_t[x], post_t[p],
+                                                                 handshake, contention, per_route, o_s0, o_s1,
+                                                                 l0_0, l0_1, host0, n_hosts, r_lat, wire,
+                                                                 node_of_rank, rank, dest, sbytes)
+                            d = arrival[x]
+                            if post_t[p] > ref:
+                                ref = post_t[p]
+                                cz = p
+                        if d > end:
+                            end = d
+                elif half == 1:     # ---- a receive is done
+                    s = precv[x]
+                    if s != P_NULL:
+                        if s == P_UNMATCHED:
+                            blocked = True
+                            bk[r] = B_NEVER
+                            bw[r] = x
+                            break
+                        if np.isnan(post_t[s]):
+                            blocked = True
+                            bk[r] = B_EVENT
+                            bw[r] = s
+                            break
+                        if np.isnan(arrival[s]):
+                            if sflag[s] & F_EAGER:   # not buffered: leaves once the receive is posted
+                                ready = post_t[s] + (o_s1 if sflag[s] & F_INTER else o_s0)
+                                if buffered == 0 and post_t[x] > ready:
+                                    ready = post_t[x]
+                                if contention and (sflag[s] & F_INTER):
+                                    arrival[s] = _arrive_contended(nf, ni, s, node_of_rank, rank, dest, sbytes,
+                                                                   ready)
+                                else:
+                                    arrival[s] = ready + wire[s]
+                            else:
+                                arrival[s] = _rendezvous_arrival(nf, ni, s, sflag[s], post_t[s], post_t[x],
+                                                                 handshake, contention, per_route, o_s0, o_s1,
+                                                                 l0_0, l0_1, host0, n_hosts, r_lat, wire,
+                                                                 node_of_rank, rank, dest, sbytes)
+                        d = max(post_t[x], arrival[s]) + (o_r1 if sflag[x] & F_RINTER else o_r0)
+                        if d > end:
+                            end = d
+                        if post_t[s] > ref:
+                            ref = post_t[s]
+                            cz = s
+                elif half == 2:     # ---- a non-blocking collective is done
+                    i = inst_of[x]
+                    if np.isnan(arrival[x]):
+                        blocked = True
+                        bk[r] = B_INST
+                        bw[r] = i
+                        break
+                    if arrival[x] > end:
+                        end = arrival[x]
+                    if inst_maxarr[i] > ref:
+                        ref = inst_maxarr[i]
+                        cz = inst_last[i]
+                j += 1
+            if blocked:
+                if hi > lo:
+                    wpos[r] = j
+                    wend[r] = end
+                    wref[r] = ref
+                    wcz[r] = cz
+                break
+            bk[r] = B_NONE
+            dur = end - t0
+            wt = ref - t0
+            if wt < 0.0:
+                wt = 0.0
+            if wt > dur:
+                wt = dur
+            wait_out[r] += wt
+            comm_out[r] += dur - wt
+            if cz >= 0 and rank[cz] == r:
+                cz = -1
+            cause[e] = cz if wt > 0.0 else -1
+            if want_tl:
+                end_t[e] = end
+            clock[r] = end
+            ptr[r] = e + 1
+            if ordered:
+                if e + 1 < end_r:
+                    heap_push(heap_keys, heap_vals, hn, end + burst[e + 1], r)
+                break
+    for r in range(n_ranks):
+        if ptr[r] < rank_off[r + 1]:
+            return False
+    return True
