@@ -214,6 +214,10 @@ _MEASURED_NAME = {Op.BARRIER: "barrier", Op.BCAST: "bcast", Op.REDUCE: "reduce",
                   Op.ALLGATHER: "allgather", Op.ALLTOALL: "alltoall", Op.GATHER: "gather", Op.SCATTER: "scatter"}
 
 
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(int(x) - 1, 1).bit_length()
+
+
 def _col(events, name, dtype):
     return np.ascontiguousarray(np.asarray(events[name]), dtype=dtype)
 
@@ -275,11 +279,12 @@ class _Prepared:
     #: the packed network (pmac.collectives), its contention state fresh
     nf: np.ndarray
     ni: np.ndarray
+    #: per send its matched receive, per receive its matched send (P_NULL, P_UNMATCHED); a
+    #: collective call's psend is its instance
     psend: np.ndarray
     precv: np.ndarray
     wreq_off: np.ndarray
     wreq_ev: np.ndarray
-    inst_of: np.ndarray
     inst_off: np.ndarray
     inst_ev: np.ndarray
     inst_op: np.ndarray
@@ -417,7 +422,9 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     # ---- point-to-point matching (hash tables, O(n))
     psend = np.empty(n, np.int64)
     precv = np.empty(n, np.int64)
-    n_messages = int(passes.match(kind, rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], psend, precv))
+    n_messages, _, _ = passes.with_retry(
+        lambda cap: passes.match(kind, rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], psend, precv, cap),
+        _pow2_at_least(8 * n_ranks + 64))
 
     # ---- requests of completion calls -> the events that created them
     wreq_off = np.zeros(n + 1, np.int64)
@@ -427,10 +434,11 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
             if np.any((kind == K_WAIT) & (cols["n_requests"] > 0)):
                 raise InputError("events have wait/test calls but no requests table was given")
         else:
-            wreq_ev, err, e = passes.resolve_waits(kind, op, rank, cols["request"], cols["req_offset"],
-                                             cols["n_requests"], _col(requests, "rank", np.int32),
-                                             _col(requests, "request", np.int64),
-                                             _col(requests, "completed", np.int8), wreq_off)
+            req_cols = (_col(requests, "rank", np.int32), _col(requests, "request", np.int64),
+                        _col(requests, "completed", np.int8))
+            wreq_ev, err, e = passes.with_retry(
+                lambda cap: passes.resolve_waits(kind, op, rank, cols["request"], cols["req_offset"],
+                                                 cols["n_requests"], *req_cols, wreq_off, cap), 256)
             if err == 1:
                 raise InputError(f"{where_str(e)}: req_offset/n_requests point outside the requests table")
             if err == 2:
@@ -439,7 +447,6 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
 
     # ---- collective instances: the k-th collective on a communicator of each member
     coll = np.flatnonzero((kind == K_COLL) | (kind == K_ICOLL))
-    inst_of = np.full(n, -1, np.int64)
     inst_off = np.zeros(1, np.int64)
     inst_ev = np.zeros(0, np.int64)
     inst_op = np.zeros(0, np.int64)
@@ -469,7 +476,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         ikey = cc * (n + 1) + c_ord
         uniq, inst_idx = np.unique(ikey, return_inverse=True)
         n_inst = uniq.size
-        inst_of[coll] = inst_idx
+        psend[coll] = inst_idx  # a collective call's psend is its instance
         i_comm = uniq // (n + 1)
         i_size = np.array([size_of[int(c)] for c in i_comm], np.int64)
         inst_off = np.zeros(n_inst + 1, np.int64)
@@ -524,7 +531,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     return _Prepared(n_ranks=n_ranks, rank=rank, seq=seq, op=op, rank_off=rank_off, kind=kind,
                      burst=burst, sbytes=sbytes, dest=dest, sflag=sflag, wire=wire, nf=nf, ni=ni,
                      psend=psend, precv=precv, wreq_off=wreq_off, wreq_ev=np.ascontiguousarray(wreq_ev),
-                     inst_of=inst_of, inst_off=inst_off, inst_ev=inst_ev, inst_op=inst_op,
+                     inst_off=inst_off, inst_ev=inst_ev, inst_op=inst_op,
                      inst_root=inst_root, inst_bytes=inst_bytes, inst_table_s=inst_table,
                      node_of_rank=node_of_rank, n_messages=n_messages, first_of=first_of,
                      extra={"order": order, "dest": dest, "source": source, "comm": comm})
@@ -589,15 +596,15 @@ def replay(events, burst_s=None, placement=None, network: NetworkModel | None = 
         progress(0.1, "replaying")
     ok = core.run(prep.nf, prep.ni, prep.rank_off, prep.kind, prep.sflag, prep.wire, prep.sbytes, prep.dest,
                   prep.node_of_rank, prep.rank, prep.burst, prep.psend, prep.precv, prep.wreq_off, prep.wreq_ev,
-                  prep.inst_of, prep.inst_off, prep.inst_ev, prep.inst_op, prep.inst_root, prep.inst_bytes,
+                  prep.inst_off, prep.inst_ev, prep.inst_op, prep.inst_root, prep.inst_bytes,
                   prep.inst_table_s, bool(options.contention), bool(options.timeline), post_t, end_t, arrival,
                   cause, comm_out, wait_out, clock, ptr, bk, bw)
     if not ok:
         raise ReplayError(_deadlock_message(prep, ptr, bk, bw))
-    compute = np.bincount(prep.rank, weights=prep.burst, minlength=p) if n else np.zeros(p)
+    compute, sent, received = passes.per_rank_totals(prep.kind, prep.rank, prep.dest, prep.sbytes, prep.precv,
+                                                     prep.burst, p)
     finish = clock.copy()
     crit = _critical(prep, post_t, cause, finish)
-    sent, received = passes.bytes_moved(prep.kind, prep.rank, prep.dest, prep.sbytes, prep.precv, p)
     first = prep.first_of
     res = dict(n_ranks=p, n_events=n if first is None else first.size, finish_s=finish, compute_s=compute, comm_s=comm_out, wait_s=wait_out,
                critical_rank_s=crit, n_collectives=int(prep.inst_off.size - 1), n_messages=prep.n_messages,

@@ -100,12 +100,34 @@ def _rendezvous_arrival(nf, ni, s, flag, ts, tr, handshake, contention, per_rout
 
 
 @njit(cache=True)
+def _collective_done(nf, ni, i, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s, inst_maxarr,
+                     post_t, node_of_rank, rank, tbuf, nbuf, arrival):
+    """Every member of collective instance ``i`` has posted: their exit times into ``arrival``
+    (from the measured table when it has the instance, else the algorithm, pmac.collectives)."""
+    n = inst_off[i + 1] - inst_off[i]
+    tt = tbuf[:n]
+    nn = nbuf[:n]
+    for j in range(n):
+        x = inst_ev[inst_off[i] + j]
+        tt[j] = post_t[x]
+        nn[j] = node_of_rank[rank[x]]
+    if not np.isnan(inst_table_s[i]):
+        for j in range(n):
+            tt[j] = inst_maxarr[i] + inst_table_s[i]
+    else:
+        C.collective_exit((nf, ni), inst_op[i], nn, tt, inst_root[i], inst_bytes[i])
+    for j in range(n):
+        arrival[inst_ev[inst_off[i] + j]] = tt[j]
+
+
+@njit(cache=True)
 def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, burst, psend, precv, wreq_off,
-        wreq_ev, inst_of, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s, ordered, want_tl,
+        wreq_ev, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s, ordered, want_tl,
         post_t, end_t, arrival, cause, comm_out, wait_out, clock, ptr, bk, bw):
     """Replay until every rank is done or blocked; returns True when all finished.
 
-    ``arrival[s]`` is when send s's data arrives, ``arrival[c]`` when collective call c ends."""
+    ``psend[c]`` of a collective call c is its instance; ``arrival[s]`` is when send s's data
+    arrives, ``arrival[c]`` when collective call c ends."""
     n_ranks = rank_off.shape[0] - 1
     n_inst = inst_off.shape[0] - 1
     buffered = ni[C.NI_BUFFERED]
@@ -174,27 +196,16 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
                     else:
                         arrival[e] = ready + wire[e]
                 if k == K_COLL or k == K_ICOLL:
-                    i = inst_of[e]
+                    i = psend[e]
                     inst_count[i] += 1
                     if t0 >= inst_maxarr[i]:
                         inst_maxarr[i] = t0
                         inst_last[i] = e
                     if inst_count[i] == inst_off[i + 1] - inst_off[i]:
-                        n = inst_off[i + 1] - inst_off[i]
-                        tt = tbuf[:n]
-                        nn = nbuf[:n]
-                        for j in range(n):
-                            x = inst_ev[inst_off[i] + j]
-                            tt[j] = post_t[x]
-                            nn[j] = node_of_rank[rank[x]]
-                        if not np.isnan(inst_table_s[i]):
-                            for j in range(n):
-                                tt[j] = inst_maxarr[i] + inst_table_s[i]
-                        else:
-                            C.collective_exit((nf, ni), inst_op[i], nn, tt, inst_root[i], inst_bytes[i])
-                        for j in range(n):
-                            x = inst_ev[inst_off[i] + j]
-                            arrival[x] = tt[j]
+                        _collective_done(nf, ni, i, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s,
+                                         inst_maxarr, post_t, node_of_rank, rank, tbuf, nbuf, arrival)
+                        for j in range(inst_off[i], inst_off[i + 1]):
+                            x = inst_ev[j]
                             q = rank[x]
                             if q != r and bk[q] == B_INST and bw[q] == i:
                                 bk[q] = B_NONE
@@ -240,7 +251,7 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
                 if psend[e] != P_NULL:
                     end = t0 + (o_s1 if sflag[e] & F_INTER else o_s0)
             elif k == K_COLL:
-                i = inst_of[e]
+                i = psend[e]
                 if np.isnan(arrival[e]):
                     blocked = True
                     bk[r] = B_INST
@@ -325,7 +336,7 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
                             ref = post_t[s]
                             cz = s
                 elif half == 2:     # ---- a non-blocking collective is done
-                    i = inst_of[x]
+                    i = psend[x]
                     if np.isnan(arrival[x]):
                         blocked = True
                         bk[r] = B_INST

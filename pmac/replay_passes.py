@@ -3,11 +3,14 @@
 :func:`scan` checks peers and bursts and computes what the core needs of every call (kind, the
 link a message takes, eager or rendezvous, the link's overheads, the message's uncontended wire
 time); :func:`match` pairs sends with receives; :func:`resolve_waits` finds the calls that created
-the requests a wait/test completes; :func:`bytes_moved` sums bytes for the conservation check.
+the requests a wait/test completes; :func:`per_rank_totals` sums bursts and bytes (the conservation check).
 
-Hash tables are open addressing over int64 key pairs, written in place in each loop (no helper
-taking the table arrays: numba's reference counting on array arguments costs ~50 ns a call,
-see :mod:`pmac.replay_core`), grown by doubling in a rare branch.
+Hash tables are open addressing, written in place in each loop, and of a fixed size inside a
+pass: a pass whose table fills up returns ``OVERFLOW`` and is run again with twice the slots
+(:func:`with_retry`). Measured on bench/replay's trace: a table the loop may replace (grown in a
+rare branch) made a lookup ~5x slower (numba keeps the arrays' references and data pointers
+live across iterations), and a helper taking the table arrays costs ~50 ns a call
+(:mod:`pmac.replay_core`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ NONE = -1
 ANY_SOURCE = -2
 _H1 = -7046029254386353131
 _H2 = 1442695040888963407
+#: error code of a pass whose table filled up
+OVERFLOW = 9
 
 
 @njit(cache=True, inline="always")
@@ -31,30 +36,14 @@ def _hash(a, b, mask):
     return (h ^ (h >> 31)) & mask
 
 
-@njit(cache=True)
-def _rehash(ta, tb, tv):
-    """The table with twice the slots (same ids)."""
-    cap = 2 * tv.shape[0]
-    na = np.empty(cap, np.int64)
-    nb = np.empty(cap, np.int64)
-    nv = np.full(cap, -1, np.int64)
-    mask = cap - 1
-    for s in range(tv.shape[0]):
-        if tv[s] >= 0:
-            h = _hash(ta[s], tb[s], mask)
-            while nv[h] >= 0:
-                h = (h + 1) & mask
-            na[h] = ta[s]
-            nb[h] = tb[s]
-            nv[h] = tv[s]
-    return na, nb, nv
-
-
-@njit(cache=True)
-def _grown(a, n):
-    out = np.empty(max(2 * a.shape[0], n), a.dtype)
-    out[:a.shape[0]] = a
-    return out
+def with_retry(run_pass, cap: int, limit: int = 1 << 34):
+    """``run_pass(cap)`` -> (result..., error code, event), again with twice the table slots while
+    it returns OVERFLOW."""
+    while True:
+        out = run_pass(cap)
+        if out[-2] != OVERFLOW or cap >= limit:
+            return out
+        cap *= 2
 
 
 @njit(cache=True, inline="always")
@@ -152,44 +141,45 @@ def scan(op, rank, dest, source, burst, sbytes, n_ranks, kind_lut, mode_lut, nod
 
 
 @njit(cache=True)
-def match(kind, rank, dest, source, comm, send_tag, recv_tag, psend, precv):
+def match(kind, rank, dest, source, comm, send_tag, recv_tag, psend, precv, cap):
     """Point-to-point matching: the k-th send of (comm, source, dest, tag) to the k-th receive of
     the same key, in event order (MPI's non-overtaking rule); a (comm, source, dest) pair with a
-    MPI_ANY_TAG receive ignores tags. Fills psend / precv (partner event, P_NULL, P_UNMATCHED) and
-    returns the number of matched messages.
+    MPI_ANY_TAG receive ignores tags. Fills psend / precv (partner event, P_NULL, P_UNMATCHED);
+    returns (messages matched, error code, event): OVERFLOW when more than ``cap / 2`` keys.
 
     One pass: per key a FIFO of the side that is ahead (sends or receives not yet matched),
     linked through the partner arrays themselves (a pending entry holds ``-(next + 10)``, the
     tail P_UNMATCHED)."""
     n = kind.shape[0]
+    mask = cap - 1
     # (comm, source, dest) pairs with an ANY_TAG receive
-    wa = np.empty(64, np.int64)
-    wb = np.empty(64, np.int64)
-    wv = np.full(64, -1, np.int64)
+    wa = np.empty(cap, np.int64)
+    wb = np.empty(cap, np.int64)
+    wv = np.zeros(cap, np.bool_)
     n_wild = 0
     for e in range(n):
         k = kind[e]
         if (k == K_RECV or k == K_SENDRECV or k == K_IRECV) and source[e] >= 0 and recv_tag[e] < 0:
             a = (np.int64(comm[e]) << 32) | np.int64(source[e])
             b = np.int64(rank[e])
-            mask = wv.shape[0] - 1
             h = _hash(a, b, mask)
-            while wv[h] >= 0 and (wa[h] != a or wb[h] != b):
+            while wv[h] and (wa[h] != a or wb[h] != b):
                 h = (h + 1) & mask
-            if wv[h] < 0:
+            if not wv[h]:
                 wa[h] = a
                 wb[h] = b
-                wv[h] = n_wild
+                wv[h] = True
                 n_wild += 1
-                if 2 * n_wild > wv.shape[0]:
-                    wa, wb, wv = _rehash(wa, wb, wv)
-    ta = np.empty(1024, np.int64)
-    tb = np.empty(1024, np.int64)
-    tv = np.full(1024, -1, np.int64)
+                if 2 * n_wild > cap:
+                    return 0, OVERFLOW, e
+    ta = np.empty(cap, np.int64)
+    tb = np.empty(cap, np.int64)
+    used = np.zeros(cap, np.bool_)
     n_keys = 0
-    head = np.empty(512, np.int64)
-    tail = np.empty(512, np.int64)
-    side = np.empty(512, np.int8)   # 0 nothing pending, 1 sends pending, 2 receives pending
+    # per key (its slot): head and tail of the pending FIFO, and which side is pending
+    head = np.empty(cap, np.int64)
+    tail = np.empty(cap, np.int64)
+    side = np.zeros(cap, np.int8)   # 0 nothing pending, 1 sends pending, 2 receives pending
     n_msg = 0
     for e in range(n):
         k = kind[e]
@@ -217,42 +207,32 @@ def match(kind, rank, dest, source, comm, send_tag, recv_tag, psend, precv):
             c = np.int64(comm[e]) << 32
             if n_wild:
                 a = c | src
-                mask = wv.shape[0] - 1
                 h = _hash(a, dst, mask)
-                while wv[h] >= 0 and (wa[h] != a or wb[h] != dst):
+                while wv[h] and (wa[h] != a or wb[h] != dst):
                     h = (h + 1) & mask
-                if wv[h] >= 0:
+                if wv[h]:
                     tag = 0
             a = c | (tag & 0xFFFFFFFF)
             b = (src << 32) | dst
-            mask = tv.shape[0] - 1
             h = _hash(a, b, mask)
-            while tv[h] >= 0 and (ta[h] != a or tb[h] != b):
+            while used[h] and (ta[h] != a or tb[h] != b):
                 h = (h + 1) & mask
-            if tv[h] >= 0:
-                key = tv[h]
-            else:
-                key = n_keys
+            if not used[h]:
                 ta[h] = a
                 tb[h] = b
-                tv[h] = key
+                used[h] = True
                 n_keys += 1
-                if key >= side.shape[0]:
-                    head = _grown(head, key + 1)
-                    tail = _grown(tail, key + 1)
-                    side = _grown(side, key + 1)
-                side[key] = 0
-                if 2 * n_keys > tv.shape[0]:
-                    ta, tb, tv = _rehash(ta, tb, tv)
+                if 2 * n_keys > cap:
+                    return 0, OVERFLOW, e
             me = 1 if half == 0 else 2
-            if side[key] == 3 - me:
+            if side[h] == 3 - me:
                 # the other side is ahead: match its oldest pending entry
-                x = head[key]
+                x = head[h]
                 nxt = precv[x] if half == 0 else psend[x]
                 if nxt == P_UNMATCHED:
-                    side[key] = 0
+                    side[h] = 0
                 else:
-                    head[key] = -nxt - 10
+                    head[h] = -nxt - 10
                 if half == 0:
                     psend[e] = x
                     precv[x] = e
@@ -265,40 +245,41 @@ def match(kind, rank, dest, source, comm, send_tag, recv_tag, psend, precv):
                     psend[e] = P_UNMATCHED
                 else:
                     precv[e] = P_UNMATCHED
-                if side[key] == 0:
-                    side[key] = me
-                    head[key] = e
+                if side[h] == 0:
+                    side[h] = me
+                    head[h] = e
                 else:
-                    t = tail[key]
+                    t = tail[h]
                     if half == 0:
                         psend[t] = -e - 10
                     else:
                         precv[t] = -e - 10
-                tail[key] = e
+                tail[h] = e
     # entries still pending are unmatched
     for e in range(n):
         if psend[e] <= -10:
             psend[e] = P_UNMATCHED
         if precv[e] <= -10:
             precv[e] = P_UNMATCHED
-    return n_msg
+    return n_msg, 0, -1
 
 
 @njit(cache=True)
-def resolve_waits(kind, op, rank, request, req_offset, n_requests, req_rank, req_handle, req_done, wreq_off):
+def resolve_waits(kind, op, rank, request, req_offset, n_requests, req_rank, req_handle, req_done, wreq_off, cap):
     """For each completion call, the events that created the requests it completes (all for
     Wait/Waitall, the completed ones for the others): the latest Isend/Irecv/I-collective with the
     same handle earlier on the same rank, in event order, sorted by event. Fills wreq_off (CSR)
     and returns (wreq_ev, error code, event): 1 rows outside the requests table, 2 rows of another
-    rank. Events must be ordered by rank: the handle table is per rank (a slot belongs to the rank
-    in ``owner``)."""
+    rank, OVERFLOW a rank with more than ``cap / 2`` live handles. Events must be ordered by rank:
+    the handle table is per rank (a slot belongs to the rank in ``owner``)."""
     n = kind.shape[0]
     n_rows = req_rank.shape[0]
     out = np.empty(n_rows, np.int64)
     m = 0
-    th = np.empty(256, np.int64)
-    tc = np.empty(256, np.int64)
-    owner = np.full(256, -1, np.int64)
+    mask = cap - 1
+    th = np.empty(cap, np.int64)
+    tc = np.empty(cap, np.int64)
+    owner = np.full(cap, -1, np.int64)
     n_live = 0
     cur_rank = -1
     wreq_off[0] = 0
@@ -310,7 +291,6 @@ def resolve_waits(kind, op, rank, request, req_offset, n_requests, req_rank, req
             n_live = 0
         if (k == K_ISEND or k == K_IRECV or k == K_ICOLL) and request[e] != NONE:
             hd = request[e]
-            mask = owner.shape[0] - 1
             h = _hash(hd, r, mask)
             while owner[h] == r and th[h] != hd:
                 h = (h + 1) & mask
@@ -318,22 +298,9 @@ def resolve_waits(kind, op, rank, request, req_offset, n_requests, req_rank, req
                 owner[h] = r
                 th[h] = hd
                 n_live += 1
+                if 2 * n_live > cap:
+                    return out[:0], OVERFLOW, e
             tc[h] = e
-            if 2 * n_live > owner.shape[0]:
-                # grow: keep this rank's entries
-                cap = 2 * owner.shape[0]
-                nh = np.empty(cap, np.int64)
-                nc = np.empty(cap, np.int64)
-                no = np.full(cap, -1, np.int64)
-                for s in range(owner.shape[0]):
-                    if owner[s] == r:
-                        g = _hash(th[s], r, cap - 1)
-                        while no[g] == r:
-                            g = (g + 1) & (cap - 1)
-                        no[g] = r
-                        nh[g] = th[s]
-                        nc[g] = tc[s]
-                th, tc, owner = nh, nc, no
         elif k == K_WAIT and n_requests[e] > 0:
             lo = req_offset[e]
             hi = lo + n_requests[e]
@@ -341,7 +308,6 @@ def resolve_waits(kind, op, rank, request, req_offset, n_requests, req_rank, req
                 return out[:0], 1, e
             all_done = op[e] == 50 or op[e] == 51  # Wait, Waitall
             first = m
-            mask = owner.shape[0] - 1
             for row in range(lo, hi):
                 if req_rank[row] != r:
                     return out[:0], 2, e
@@ -365,14 +331,18 @@ def resolve_waits(kind, op, rank, request, req_offset, n_requests, req_rank, req
 
 
 @njit(cache=True)
-def bytes_moved(kind, rank, dest, sbytes, precv, n_ranks):
-    """Bytes of point-to-point sends posted per rank and bytes received through matched messages."""
+def per_rank_totals(kind, rank, dest, sbytes, precv, burst, n_ranks):
+    """Per rank: the sum of its bursts, the bytes of the point-to-point sends it posted, and the
+    bytes it received through matched messages."""
+    compute = np.zeros(n_ranks)
     sent = np.zeros(n_ranks)
     got = np.zeros(n_ranks)
     for e in range(kind.shape[0]):
+        r = rank[e]
+        compute[r] += burst[e]
         if _is_send(kind[e]) and dest[e] >= 0:
-            sent[rank[e]] += sbytes[e]
+            sent[r] += sbytes[e]
         s = precv[e]
         if s >= 0:
-            got[rank[e]] += sbytes[s]
-    return sent, got
+            got[r] += sbytes[s]
+    return compute, sent, got

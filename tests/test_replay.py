@@ -11,6 +11,7 @@ import pytest
 
 from pmac.errors import ReplayError
 from pmac.profile import CollectiveCost, LinkModel, LinkSegment, NetworkModel
+from pmac.replay import _KIND as R_KIND
 from pmac.replay import ReplayOptions, replay
 from pmac.topology import dragonfly, fat_tree, from_simgrid, routes, star, torus
 from pmac.trace import EVENTS, REQUESTS, Op
@@ -614,3 +615,32 @@ def test_persistent_requests_replay_as_their_isend_irecv():
     np.testing.assert_allclose(res.comm_s, ref.comm_s, rtol=REL)
     assert ev.equals(before)
     check_split(res)
+
+
+def test_preparation_tables_that_fill_up_are_retried_with_the_same_result():
+    """The matching and wait-resolution passes use fixed-size hash tables and report OVERFLOW;
+    with_retry doubles them: starting from 2 slots gives the same partners and waits as from 4096."""
+    from pmac import replay_passes as P
+
+    rng = np.random.default_rng(3)
+    t = random_trace(rng, 7, 12)
+    ev, rq = t.events(), t.requests()
+    kind = R_KIND[ev["op"].to_numpy().astype(np.int64) & 0xFF]
+    cols = {c: np.ascontiguousarray(ev[c]) for c in ev.columns}
+    out = {}
+    for cap in (2, 4096):
+        ps, pr = np.empty(len(ev), np.int64), np.empty(len(ev), np.int64)
+        n_msg, err, _ = P.with_retry(lambda c: P.match(kind, cols["rank"], cols["dest"], cols["source"], cols["comm"],
+                                                       cols["send_tag"], cols["recv_tag"], ps, pr, c), cap)
+        off = np.zeros(len(ev) + 1, np.int64)
+        wev, err2, _ = P.with_retry(lambda c: P.resolve_waits(
+            kind, cols["op"], cols["rank"], cols["request"], cols["req_offset"], cols["n_requests"],
+            np.ascontiguousarray(rq["rank"]), np.ascontiguousarray(rq["request"]),
+            np.ascontiguousarray(rq["completed"]), off, c), cap)
+        assert err == 0 and err2 == 0
+        out[cap] = (n_msg, ps, pr, off, wev)
+    assert out[2][0] == out[4096][0] > 0
+    for a, b in zip(out[2][1:], out[4096][1:]):
+        np.testing.assert_array_equal(a, b)
+    assert P.match(kind, cols["rank"], cols["dest"], cols["source"], cols["comm"], cols["send_tag"],
+                   cols["recv_tag"], ps, pr, 2)[1] == P.OVERFLOW
