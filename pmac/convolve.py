@@ -50,8 +50,9 @@ The scalar share of the flop follows from the instruction counts by width (lanes
 **Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
 perfect overlap, ``beta = 1`` none. ``beta`` belongs to the machine (pmac.overlap calibrates it).
 
-The hot loop is one numba function over plain arrays (bursts outer, machines inner, parallel
-over bursts). This module never touches files.
+The hot loop is one numba function over plain arrays: chunks of bursts in parallel, machines
+inside a chunk, and per machine simple loops over the chunk's bursts (contiguous, vectorised).
+This module never touches files.
 """
 
 from __future__ import annotations
@@ -342,9 +343,11 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branche
             cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail):
-    """Bursts outer (parallel, in chunks), machines inner. Machine arrays are (X, machine) so the
-    inner loop reads them contiguously and has no data-dependent branch: levels are padded (a
-    padded level repeats the previous capacity point), curves are sums of clamped segments."""
+    """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
+    as a vector over the chunk's bursts, then per machine simple loops over those bursts
+    (contiguous, vectorised) writing the machine's row ``out_t[p, b0:b1]``. Machine arrays are
+    (X, machine); levels are padded (a padded level repeats the previous capacity point), curves
+    are sums of clamped segments."""
     n_b = load_bytes.shape[0]
     n_p = beta.shape[0]
     n_k = cap_line.shape[0]
@@ -356,86 +359,123 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branche
     n_kn = br_knots.shape[0]
     n_chunks = (n_b + chunk - 1) // chunk
     for ci in numba.prange(n_chunks):
-        hl_k = np.empty(n_k)
-        hs_k = np.empty(n_k)
-        hlp = np.empty(n_p)
-        hsp = np.empty(n_p)
-        tmp = np.empty(n_p)
-        mvl = np.empty(n_p)
-        mvs = np.empty(n_p)
-        for b in range(ci * chunk, min(n_b, (ci + 1) * chunk)):
-            for k in range(n_k):
-                li = cap_line[k]
-                e = cap_edge[k]
-                f = cap_frac[k]
-                c0 = cum[li, 0, b, e]
-                hl_k[k] = c0 + f * (cum[li, 0, b, e + 1] - c0)
-                c0 = cum[li, 1, b, e]
-                hs_k[k] = c0 + f * (cum[li, 1, b, e + 1] - c0)
-            lb = load_bytes[b]
-            sb = store_bytes[b]
-            nl = loads[b]
-            ns = stores[b]
-            x_dep = dep[b]
-            x_br = bmiss[b]
-            jb = 0
-            fb = 0.0
-            if n_kn >= 2:
+        b0 = ci * chunk
+        b1 = min(n_b, b0 + chunk)
+        m = b1 - b0
+        hl_k = np.empty((n_k, m))
+        hs_k = np.empty((n_k, m))
+        for k in range(n_k):
+            li = cap_line[k]
+            e = cap_edge[k]
+            f = cap_frac[k]
+            for j in range(m):
+                c0 = cum[li, 0, b0 + j, e]
+                hl_k[k, j] = c0 + f * (cum[li, 0, b0 + j, e + 1] - c0)
+                c0 = cum[li, 1, b0 + j, e]
+                hs_k[k, j] = c0 + f * (cum[li, 1, b0 + j, e + 1] - c0)
+        jb = np.zeros(m, np.int64)
+        fb = np.zeros(m)
+        if n_kn >= 2:
+            for j in range(m):
+                x_br = bmiss[b0 + j]
                 if x_br >= br_knots[n_kn - 1]:
-                    jb = n_kn - 2
-                    fb = 1.0
+                    jb[j] = n_kn - 2
+                    fb[j] = 1.0
                 elif x_br > br_knots[0]:
-                    while br_knots[jb + 1] <= x_br:
-                        jb += 1
-                    fb = (x_br - br_knots[jb]) / (br_knots[jb + 1] - br_knots[jb])
-            fsb = flop_s[b]
-            fvb = flop_v[b]
-            brb = branches[b]
-            # machines inner, one simple loop per level (vectorisable across machines)
-            for p in range(n_p):
-                k0 = lev_k[0, p] if n_l > 0 else 0
-                hlp[p] = hl_k[k0] if n_l > 0 else 0.0
-                hsp[p] = hs_k[k0] if n_l > 0 else 0.0
-                tmp[p] = 0.0
-                mvl[p] = 0.0
-                mvs[p] = 0.0
+                    q = 0
+                    while br_knots[q + 1] <= x_br:
+                        q += 1
+                    jb[j] = q
+                    fb[j] = (x_br - br_knots[q]) / (br_knots[q + 1] - br_knots[q])
+        nl = loads[b0:b1]
+        ns = stores[b0:b1]
+        lb = load_bytes[b0:b1]
+        sb = store_bytes[b0:b1]
+        fsb = flop_s[b0:b1]
+        fvb = flop_v[b0:b1]
+        brb = branches[b0:b1]
+        x_dep = dep[b0:b1]
+        x_br = bmiss[b0:b1]
+        hlp = np.empty(m)
+        hsp = np.empty(m)
+        tm = np.empty(m)
+        mvl = np.empty(m)
+        mvs = np.empty(m)
+        slow = np.empty(m)
+        cost = np.empty(m)
+        for p in range(n_p):
+            if n_l > 0:
+                k0 = lev_k[0, p]
+                for j in range(m):
+                    hlp[j] = hl_k[k0, j]
+                    hsp[j] = hs_k[k0, j]
+            else:
+                hlp[:] = 0.0
+                hsp[:] = 0.0
+            tm[:] = 0.0
+            mvl[:] = 0.0
+            mvs[:] = 0.0
             for L in range(1, n_l):
-                for p in range(n_p):
-                    k = lev_k[L, p]
-                    hl = max(hl_k[k], hlp[p])
-                    hs = max(hs_k[k], hsp[p])
-                    ml = nl * (hl - hlp[p]) * line_b[L, p]
-                    ms = ns * (hs - hsp[p]) * line_b[L, p]
-                    tmp[p] += ml * inv_bl[L, p] + ms * inv_bs[L, p]
-                    mvl[p] += ml
-                    mvs[p] += ms
-                    hlp[p] = hl
-                    hsp[p] = hs
-            for p in range(n_p):
-                tm = tmp[p]
-                ml = 0.0
-                ms = 0.0
-                if n_l > 0:  # memory moves lines too; without caches it serves the bytes as they are
-                    ml = nl * (1.0 - hlp[p]) * line_b[n_l, p]
-                    ms = ns * (1.0 - hsp[p]) * line_b[n_l, p]
-                    tm += ml * inv_bl[n_l, p] + ms * inv_bs[n_l, p]
-                tm += max(lb - mvl[p] - ml, 0.0) * inv_bl[0, p] + max(sb - mvs[p] - ms, 0.0) * inv_bs[0, p]
-                slow = dep_y0[p]
-                for j in range(n_d):
-                    slow += min(max((x_dep - dep_x[j, p]) * dep_iw[j, p], 0.0), 1.0) * dep_dy[j, p]
-                slow = slow if x_dep > 0.0 else 1.0
-                if n_kn >= 2:
-                    cost = br_yv[jb, p] + fb * (br_yv[jb + 1, p] - br_yv[jb, p])
-                else:
-                    cost = br_y0[p]
-                    for j in range(n_r):
-                        cost += min(max((x_br - br_x[j, p]) * br_iw[j, p], 0.0), 1.0) * br_dy[j, p]
-                tc = (fsb * inv_fs[p] + fvb * inv_fv[p]) * slow + brb * cost
-                t = max(tm, tc) + beta[p] * min(tm, tc)
-                out_t[b, p] = t
+                k = lev_k[L, p]
+                lbl = line_b[L, p]
+                ibl = inv_bl[L, p]
+                ibs = inv_bs[L, p]
+                for j in range(m):
+                    hl = max(hl_k[k, j], hlp[j])
+                    hs = max(hs_k[k, j], hsp[j])
+                    ml = nl[j] * (hl - hlp[j]) * lbl
+                    ms = ns[j] * (hs - hsp[j]) * lbl
+                    tm[j] += ml * ibl + ms * ibs
+                    mvl[j] += ml
+                    mvs[j] += ms
+                    hlp[j] = hl
+                    hsp[j] = hs
+            # memory moves lines too; without caches it serves the bytes as they are
+            lbm = line_b[n_l, p]
+            iblm = inv_bl[n_l, p]
+            ibsm = inv_bs[n_l, p]
+            ibl0 = inv_bl[0, p]
+            ibs0 = inv_bs[0, p]
+            has_levels = n_l > 0
+            for j in range(m):
+                ml = nl[j] * (1.0 - hlp[j]) * lbm if has_levels else 0.0
+                ms = ns[j] * (1.0 - hsp[j]) * lbm if has_levels else 0.0
+                t = tm[j] + ml * iblm + ms * ibsm
+                tm[j] = t + max(lb[j] - mvl[j] - ml, 0.0) * ibl0 + max(sb[j] - mvs[j] - ms, 0.0) * ibs0
+            y0 = dep_y0[p]
+            for j in range(m):
+                slow[j] = y0
+            for d in range(n_d):
+                dx = dep_x[d, p]
+                diw = dep_iw[d, p]
+                ddy = dep_dy[d, p]
+                for j in range(m):
+                    slow[j] += min(max((x_dep[j] - dx) * diw, 0.0), 1.0) * ddy
+            if n_kn >= 2:
+                for j in range(m):
+                    y_lo = br_yv[jb[j], p]
+                    cost[j] = y_lo + fb[j] * (br_yv[jb[j] + 1, p] - y_lo)
+            else:
+                c0 = br_y0[p]
+                for j in range(m):
+                    cost[j] = c0
+                for d in range(n_r):
+                    bx = br_x[d, p]
+                    biw = br_iw[d, p]
+                    bdy = br_dy[d, p]
+                    for j in range(m):
+                        cost[j] += min(max((x_br[j] - bx) * biw, 0.0), 1.0) * bdy
+            ifs = inv_fs[p]
+            ifv = inv_fv[p]
+            bet = beta[p]
+            for j in range(m):
+                sl = slow[j] if x_dep[j] > 0.0 else 1.0
+                tc = (fsb[j] * ifs + fvb[j] * ifv) * sl + brb[j] * cost[j]
+                t_m = tm[j]
+                out_t[p, b0 + j] = max(t_m, tc) + bet * min(t_m, tc)
                 if detail:
-                    out_m[b, p] = tm
-                    out_c[b, p] = tc
+                    out_m[p, b0 + j] = t_m
+                    out_c[p, b0 + j] = tc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -523,19 +563,28 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
 
 
 def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: bool = True,
-             packed: dict[str, np.ndarray] | None = None, chunk: int = 256) -> ConvolveResult:
+             packed: dict[str, np.ndarray] | None = None, chunk: int = 512,
+             out: np.ndarray | None = None) -> ConvolveResult:
     """Time of every burst on every machine (``time_s[p, b]``); with ``detail`` also the
-    memory and compute parts before overlap."""
+    memory and compute parts before overlap.
+
+    ``out``: a C-contiguous float64 array of shape (machines, bursts) to write ``time_s`` into
+    (sweeps convolving many profile sets reuse one; on a VM the first touch of fresh memory
+    costs more than the convolution, see bench/convolve)."""
     if not machines:
         raise ValueError("convolve: no machines")
     a = packed if packed is not None else pack_machines(machines, bursts.line_bytes)
     n_p, n_b = len(machines), bursts.n_bursts
     if int(a["cap_edge"].max()) + 1 >= bursts.cum.shape[3]:
         raise ValueError("convolve: a cache is larger than the cumulative histograms cover")
-    # burst-major inside the kernel (machines inner: contiguous writes); returned transposed
-    out_t = np.empty((n_b, n_p))
-    out_m = np.empty((n_b, n_p)) if detail else np.empty((1, 1))
-    out_c = np.empty((n_b, n_p)) if detail else np.empty((1, 1))
+    if out is not None:
+        if out.shape != (n_p, n_b) or out.dtype != np.float64 or not out.flags.c_contiguous:
+            raise ValueError(f"convolve: out must be a C-contiguous float64 array of shape {(n_p, n_b)}")
+        out_t = out
+    else:
+        out_t = np.empty((n_p, n_b))
+    out_m = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
+    out_c = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
             bursts.flop_scalar, bursts.flop_simd,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
@@ -543,8 +592,8 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
             a["inv_fs"], a["inv_fv"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail)
-    return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t.T,
-                          memory_s=out_m.T if detail else None, compute_s=out_c.T if detail else None)
+    return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t,
+                          memory_s=out_m if detail else None, compute_s=out_c if detail else None)
 
 
 def combine_overlap(memory_s: np.ndarray, compute_s: np.ndarray, beta: float) -> np.ndarray:

@@ -184,3 +184,16 @@ def test_branch_curves_on_shared_or_different_knots_agree():
                                      [dict(rank=0, seq=1, access=0, counts={10: 1})]), line_sizes=(64,))
     assert convolve(one, [m2]).compute_s[0, 0] == pytest.approx(1000 * 4.5e-9, rel=1e-12)
     assert convolve(one, [m1, m2]).compute_s[1, 0] == pytest.approx(1000 * 4.5e-9, rel=1e-12)
+
+
+def test_out_buffer_receives_the_times_and_is_checked():
+    bursts = one_burst({10: 500, 2000: 300, -1: 200}, {3000: 100}, load_bytes=8000, store_bytes=800,
+                       fp_scalar=10_000, flop=10_000.0, branches=0)
+    m = machine_coeffs(two_level_profile())
+    fast = dataclasses.replace(m, name="fast", flop_per_s_scalar=2 * m.flop_per_s_scalar)
+    ref = convolve(bursts, [m, fast], detail=False).time_s
+    out = np.full((2, 1), np.nan)
+    res = convolve(bursts, [m, fast], detail=False, out=out)
+    assert res.time_s is out and np.array_equal(out, ref) and out[1, 0] < out[0, 0]
+    with pytest.raises(ValueError, match="C-contiguous float64 array of shape"):
+        convolve(bursts, [m, fast], detail=False, out=np.empty((1, 2)))
