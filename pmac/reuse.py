@@ -66,79 +66,101 @@ def _mix(key):
 
 
 @numba.njit(cache=True, nogil=True)
+def _grow_table(keys, vals, bits):
+    """The hash table (keys, vals) rehashed into twice the slots (``bits`` = the new log2 size)."""
+    ncap = keys.shape[0] * 2
+    nkeys = np.empty(ncap, np.int64)
+    nvals = np.full(ncap, -1, np.int64)
+    nmask = ncap - 1
+    for j in range(keys.shape[0]):
+        if vals[j] >= 0:
+            k = keys[j]
+            g = np.int64(_mix(k) >> np.uint64(64 - bits))
+            while nvals[g] >= 0:
+                g = (g + 1) & nmask
+            nkeys[g] = k
+            nvals[g] = vals[j]
+    return nkeys, nvals
+
+
+@numba.njit(cache=True, nogil=True)
+def _compact_time(vals, live):
+    """Renumber the live lines' last-access times 0..live-1 in order (in place); the new
+    Fenwick tree (one mark per live line) over ``max(4096, 4 * live)`` time slots."""
+    slots = np.empty(live, np.int64)
+    k = 0
+    for j in range(vals.shape[0]):
+        if vals[j] >= 0:
+            slots[k] = j
+            k += 1
+    order = np.argsort(vals[slots])
+    for r in range(live):
+        vals[slots[order[r]]] = r
+    size = max(4096, 4 * live)
+    tree = np.zeros(size + 1, np.int32)
+    for i in range(1, live + 1):
+        tree[i] += 1
+        j = i + (i & (-i))
+        if j <= size:
+            tree[j] += tree[i]
+    for i in range(live + 1, size + 1):
+        j = i + (i & (-i))
+        if j <= size:
+            tree[j] += tree[i]
+    return tree
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _distance(key, keys, vals, tree, mask, bits, live, size, pos):
+    """Stack distance of an access to ``key`` (-1: first touch), making it the latest access.
+
+    Returns (distance, live); the caller advances ``pos`` and keeps the table and tree in shape.
+    """
+    h = np.int64(_mix(key) >> np.uint64(64 - bits))
+    while vals[h] >= 0 and keys[h] != key:
+        h = (h + 1) & mask
+    last = vals[h]
+    if last < 0:
+        d = -1
+        keys[h] = key
+        live += 1
+    else:
+        s = 0
+        i = last + 1
+        while i > 0:
+            s += tree[i]
+            i -= i & (-i)
+        d = live - s
+        i = last + 1
+        while i <= size:
+            tree[i] -= 1
+            i += i & (-i)
+    vals[h] = pos
+    i = pos + 1
+    while i <= size:
+        tree[i] += 1
+        i += i & (-i)
+    return d, live
+
+
+@numba.njit(cache=True, nogil=True)
 def _sd_chunk(lines, out, keys, vals, tree, st):
     """Stack distances of ``lines`` continuing the state (keys, vals, tree, st=[bits, live, size, pos]).
 
     Returns the (possibly reallocated) state arrays.
     """
-    n = lines.shape[0]
     bits, live, size, pos = st[0], st[1], st[2], st[3]
-    cap = keys.shape[0]
-    mask = cap - 1
-    for t in range(n):
-        key = lines[t]
-        h = np.int64(_mix(key) >> np.uint64(64 - bits))
-        while vals[h] >= 0 and keys[h] != key:
-            h = (h + 1) & mask
-        last = vals[h]
-        if last < 0:
-            out[t] = -1
-            keys[h] = key
-            live += 1
-        else:
-            s = 0
-            i = last + 1
-            while i > 0:
-                s += tree[i]
-                i -= i & (-i)
-            out[t] = live - s
-            i = last + 1
-            while i <= size:
-                tree[i] -= 1
-                i += i & (-i)
-        vals[h] = pos
-        i = pos + 1
-        while i <= size:
-            tree[i] += 1
-            i += i & (-i)
+    mask = keys.shape[0] - 1
+    for t in range(lines.shape[0]):
+        out[t], live = _distance(lines[t], keys, vals, tree, mask, bits, live, size, pos)
         pos += 1
-        if live * 2 > cap:  # grow the hash table
+        if live * 2 > keys.shape[0]:
             bits += 1
-            ncap = cap * 2
-            nkeys = np.empty(ncap, np.int64)
-            nvals = np.full(ncap, -1, np.int64)
-            nmask = ncap - 1
-            for j in range(cap):
-                if vals[j] >= 0:
-                    k = keys[j]
-                    g = np.int64(_mix(k) >> np.uint64(64 - bits))
-                    while nvals[g] >= 0:
-                        g = (g + 1) & nmask
-                    nkeys[g] = k
-                    nvals[g] = vals[j]
-            keys, vals, cap, mask = nkeys, nvals, ncap, nmask
-        if pos == size:  # compact time: renumber the live marks 0..live-1 in order
-            slots = np.empty(live, np.int64)
-            k = 0
-            for j in range(cap):
-                if vals[j] >= 0:
-                    slots[k] = j
-                    k += 1
-            order = np.argsort(vals[slots])
-            for r in range(live):
-                vals[slots[order[r]]] = r
-            size = max(4096, 4 * live)
-            tree = np.zeros(size + 1, np.int32)
-            for i in range(1, live + 1):
-                tree[i] += 1
-                j = i + (i & (-i))
-                if j <= size:
-                    tree[j] += tree[i]
-            for i in range(live + 1, size + 1):
-                j = i + (i & (-i))
-                if j <= size:
-                    tree[j] += tree[i]
-            pos = live
+            keys, vals = _grow_table(keys, vals, bits)
+            mask = keys.shape[0] - 1
+        if pos == size:
+            tree = _compact_time(vals, live)
+            size, pos = tree.shape[0] - 1, live
     st[0], st[1], st[2], st[3] = bits, live, size, pos
     return keys, vals, tree
 
@@ -147,10 +169,10 @@ class StackState:
     """LRU stack state carried across chunks of one access stream (see :func:`_sd_chunk`)."""
 
     def __init__(self):
-        self.keys = np.empty(1 << 16, np.int64)
-        self.vals = np.full(1 << 16, -1, np.int64)
+        self.keys = np.empty(1 << 10, np.int64)
+        self.vals = np.full(1 << 10, -1, np.int64)
         self.tree = np.zeros(4096 + 1, np.int32)
-        self.st = np.array([16, 0, 4096, 0], np.int64)
+        self.st = np.array([10, 0, 4096, 0], np.int64)
 
     def distances(self, lines: np.ndarray) -> np.ndarray:
         lines = np.ascontiguousarray(lines, dtype=np.int64)
@@ -234,32 +256,64 @@ _ADDR_MASK = (1 << FN_SHIFT) - 1
 _FN_MASK = (1 << 19) - 1
 
 
+_LUT_N = 1 << 12    # distances below this are binned by table lookup
+
+
+def _bin_lut(scale: float) -> np.ndarray:
+    """Bin of each sampled distance 0.._LUT_N-1 once scaled by ``scale`` (as :func:`_bin_of`)."""
+    x = np.arange(_LUT_N, dtype=np.float64) * scale
+    return np.minimum(np.searchsorted(_EDGES, x, side="right") - 1, _EDGES.shape[0] - 2).astype(np.int64)
+
+
 @numba.njit(cache=True, nogil=True)
-def _burst_lines(words, shift, b, lines, stores, burst_of, fn_of):
-    """Decode access words (burst markers carry the burst index); returns (n accesses, last burst)."""
-    n = 0
-    for w in words:
+def _feed_words(words, i0, shift, lut, scale, edges, keys, vals, tree, st, hist, fhist):
+    """Decode access words from ``i0`` on and add each access to its burst's and function's
+    histogram: the whole analysis of one line size in one pass.
+
+    ``st`` = [bits, live, size, pos, burst, last line, stopped, next word]. An access repeating
+    the previous one's line has stack distance 0 and leaves the LRU stack as it is (most of a
+    sampled stream: the sample keeps whole 256-byte blocks), so it skips the hash table and the
+    tree. Stops (st[6] = 1, st[7] = the word) at an access whose burst or function id is beyond
+    ``hist`` / ``fhist``, for the caller to grow them. Returns the state arrays.
+    """
+    n = words.shape[0]
+    bits, live, size, pos, b, lastl = st[0], st[1], st[2], st[3], st[4], st[5]
+    mask = keys.shape[0] - 1
+    nh, nf = hist.shape[0], fhist.shape[0]
+    cold = edges.shape[0] - 1
+    st[6] = 0
+    stop = n
+    for i in range(i0, n):
+        w = words[i]
         if w >> np.uint64(63):
             b = np.int64(w & np.uint64(0x7FFFFFFFFFFFFFFF))
             continue
-        lines[n] = np.int64(((w & np.uint64(_ADDR_MASK)) >> np.uint64(1)) >> np.uint64(shift))
-        stores[n] = (w & np.uint64(1)) != 0
-        fn_of[n] = np.int64((w >> np.uint64(FN_SHIFT)) & np.uint64(_FN_MASK))
-        burst_of[n] = b
-        n += 1
-    return n, b
-
-
-@numba.njit(cache=True, nogil=True)
-def _burst_hist(dist, stores, burst_of, fn_of, scale, edges, hist, fhist):
-    cold = edges.shape[0] - 1
-    for t in range(dist.shape[0]):
-        a = 1 if stores[t] else 0
-        d = dist[t]
-        k = cold if d < 0 else _bin_of(d * scale, edges)
-        hist[burst_of[t], a, k] += scale
-        fhist[fn_of[t], a, k] += scale
-    return hist
+        f = np.int64((w >> np.uint64(FN_SHIFT)) & np.uint64(_FN_MASK))
+        if b >= nh or f >= nf:
+            st[6] = 1
+            stop = i
+            break
+        line = np.int64(((w & np.uint64(_ADDR_MASK)) >> np.uint64(1)) >> np.uint64(shift))
+        a = np.int64(w & np.uint64(1))
+        if line == lastl:
+            hist[b, a, 0] += scale
+            fhist[f, a, 0] += scale
+            continue
+        lastl = line
+        d, live = _distance(line, keys, vals, tree, mask, bits, live, size, pos)
+        k = cold if d < 0 else lut[d] if d < lut.shape[0] else _bin_of(d * scale, edges)
+        hist[b, a, k] += scale
+        fhist[f, a, k] += scale
+        pos += 1
+        if live * 2 > keys.shape[0]:
+            bits += 1
+            keys, vals = _grow_table(keys, vals, bits)
+            mask = keys.shape[0] - 1
+        if pos == size:
+            tree = _compact_time(vals, live)
+            size, pos = tree.shape[0] - 1, live
+    st[0], st[1], st[2], st[3], st[4], st[5], st[7] = bits, live, size, pos, b, lastl, stop
+    return keys, vals, tree
 
 
 class BurstHistograms:
@@ -269,7 +323,7 @@ class BurstHistograms:
     Words are in 32-byte units (pmac_vg.c); the LRU stack runs over the whole stream (a burst
     starts with the cache state the previous ones left; an access's distance counts every line
     touched since, whichever function touched it); distances and counts are scaled by
-    ``scale = 1/R``.
+    ``scale = 1/R``. One numba pass per chunk (:func:`_feed_words`).
     """
 
     def __init__(self, line_bytes: int, scale: float):
@@ -277,23 +331,30 @@ class BurstHistograms:
             raise ValueError(f"line size must be a power of two >= 32 bytes, got {line_bytes}")
         self.shift = int(math.log2(line_bytes // 32))
         self.scale = float(scale)
-        self.stack = StackState()
-        self.burst = 0
+        self.lut = _bin_lut(self.scale)
+        self.keys = np.empty(1 << 10, np.int64)
+        self.vals = np.full(1 << 10, -1, np.int64)
+        self.tree = np.zeros(4096 + 1, np.int32)
+        self.st = np.array([10, 0, 4096, 0, 0, -1, 0, 0], np.int64)  # see _feed_words
         self.hist = np.zeros((16, 2, N_REUSE_BINS), np.float64)
         self.fhist = np.zeros((16, 2, N_REUSE_BINS), np.float64)
 
+    @property
+    def burst(self) -> int:
+        return int(self.st[4])
+
     def feed(self, words: np.ndarray) -> None:
         words = np.ascontiguousarray(words, dtype=np.uint64)
-        n = words.shape[0]
-        lines = np.empty(n, np.int64)
-        stores = np.empty(n, np.bool_)
-        burst_of = np.empty(n, np.int64)
-        fn_of = np.empty(n, np.int64)
-        m, self.burst = _burst_lines(words, self.shift, self.burst, lines, stores, burst_of, fn_of)
-        self.hist = _grown(self.hist, max(int(burst_of[:m].max()) if m else 0, self.burst))
-        self.fhist = _grown(self.fhist, int(fn_of[:m].max()) if m else 0)
-        _burst_hist(self.stack.distances(lines[:m]), stores[:m], burst_of[:m], fn_of[:m], self.scale, _EDGES,
-                    self.hist, self.fhist)
+        i = 0
+        while True:
+            self.keys, self.vals, self.tree = _feed_words(words, i, self.shift, self.lut, self.scale, _EDGES,
+                                                          self.keys, self.vals, self.tree, self.st, self.hist,
+                                                          self.fhist)
+            if not self.st[6]:
+                return
+            i = int(self.st[7])
+            self.hist = _grown(self.hist, self.burst)
+            self.fhist = _grown(self.fhist, (int(words[i]) >> FN_SHIFT) & _FN_MASK)
 
     def result(self, n_bursts: int) -> np.ndarray:
         """Histograms ``[n_bursts, 2, N_REUSE_BINS]``."""

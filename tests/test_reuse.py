@@ -164,3 +164,36 @@ def test_function_ids_in_words_give_per_function_histograms():
     np.testing.assert_array_equal(fh.sum(axis=0), h[0])
     with pytest.raises(ValueError, match="beyond the 2 the summary lists"):
         bh.function_result(2)
+
+
+def test_burst_histograms_equal_an_independent_lru_stack():
+    """The one-pass word analysis (repeated lines skip the stack; small distances binned by a
+    lookup table, large ones by search) equals binning the reference LRU stack's distances."""
+    from pmac.memsig import reuse_bin
+    from pmac.reuse import FN_SHIFT, BurstHistograms
+
+    rng = np.random.default_rng(17)
+    walk = np.repeat(rng.integers(0, 3000, 3000), rng.integers(1, 6, 3000))   # runs of one line
+    cyclic = np.tile(np.arange(4500) * 3, 2)           # distances 4499 (past the lookup table)
+    addr32 = np.concatenate([walk, cyclic, walk[:2000]]).astype(np.int64)
+    stores = rng.random(addr32.size) < 0.3
+    fns = rng.integers(0, 5, addr32.size)
+    burst = np.searchsorted([0, 5000, 9000], np.arange(addr32.size), side="right") - 1
+    words = (addr32.astype(np.uint64) << np.uint64(1)) | stores.astype(np.uint64) | \
+        (fns.astype(np.uint64) << np.uint64(FN_SHIFT))
+    marker = np.uint64(1 << 63)
+    words = np.insert(words, [0, 5000, 9000], [marker | np.uint64(b) for b in (0, 1, 2)])
+    for line, scale in ((32, 1.0), (64, 2.0), (256, 16.0)):
+        d = lru_reference((addr32 // (line // 32)).tolist())
+        k = reuse_bin(np.where(d < 0, -1, d * int(scale)))
+        want = np.zeros((3, 2, N_REUSE_BINS))
+        fwant = np.zeros((5, 2, N_REUSE_BINS))
+        np.add.at(want, (burst, stores.astype(int), k), scale)
+        np.add.at(fwant, (fns, stores.astype(int), k), scale)
+        bh = BurstHistograms(line, scale)
+        for part in np.array_split(words, 7):
+            bh.feed(part)
+        np.testing.assert_array_equal(bh.result(3), want)
+        np.testing.assert_array_equal(bh.function_result(5), fwant)
+        if line == 32:
+            assert (d >= 4096).sum() >= 4000 and (d == 0).sum() > 5000   # both paths exercised
