@@ -141,6 +141,10 @@ def _decoded(h, mpi, b, f, nf, words, hists, fn_hists=None) -> ToolOutput:
     )
 
 
+_PIPE_BYTES = 1 << 20     # the FIFO's buffer (Linux's default limit for unprivileged users)
+_CHUNK_BYTES = 4 << 20    # access words analysed per numba call
+
+
 class AccessStream:
     """Reads one rank's access words from a FIFO while the program runs, histogramming them.
 
@@ -158,41 +162,66 @@ class AccessStream:
         self.tail = 0
         self.error: str | None = None
         self.hist = {}
+        self.cpu_s = 0.0   # CPU time of the analysis thread
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self):
+        import fcntl
+
         from .reuse import BurstHistograms
 
         try:
-            with open(self.fifo, "rb", buffering=0) as f:  # blocks until the tool opens it
-                head = b""
-                while len(head) < _ACC_HEADER.itemsize:
-                    part = f.read(_ACC_HEADER.itemsize - len(head))
-                    if not part:
+            fd = os.open(self.fifo, os.O_RDONLY)  # blocks until the tool opens it
+        except OSError as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            return
+        try:
+            try:  # a larger pipe lets the tool run on while a chunk is analysed (Linux; best effort)
+                fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
+            except OSError:
+                pass
+            # load the numba kernel (~0.4 s) while the program starts under valgrind (the tool
+            # opens the FIFO first thing and blocks on that open until this thread opens it)
+            BurstHistograms(32, 1.0).feed(np.zeros(1, np.uint64))
+            head = b""
+            while len(head) < _ACC_HEADER.itemsize:
+                part = os.read(fd, _ACC_HEADER.itemsize - len(head))
+                if not part:
+                    break
+                head += part
+            self.header = head
+            if len(head) < _ACC_HEADER.itemsize or head[:8] != b"PMACVGA1":
+                return
+            ah = np.frombuffer(head, _ACC_HEADER)[0]
+            scale = (1 << HASH_BITS) / ah["threshold"] if ah["threshold"] else 0.0
+            self.hist = {lb: BurstHistograms(lb, scale) for lb in self.line_sizes}
+            buf = bytearray(_CHUNK_BYTES)
+            view = memoryview(buf)
+            fill, eof = 0, False
+            while not eof:
+                # read until a good chunk is in (the tool writes 512 KiB at a time), then analyse it
+                while fill < _CHUNK_BYTES // 2:
+                    k = os.readv(fd, [view[fill:]])
+                    if k == 0:
+                        eof = True
                         break
-                    head += part
-                self.header = head
-                if len(head) < _ACC_HEADER.itemsize or head[:8] != b"PMACVGA1":
-                    return
-                ah = np.frombuffer(head, _ACC_HEADER)[0]
-                scale = (1 << HASH_BITS) / ah["threshold"] if ah["threshold"] else 0.0
-                self.hist = {lb: BurstHistograms(lb, scale) for lb in self.line_sizes}
-                rest = b""
-                while True:
-                    chunk = f.read(1 << 22)
-                    if not chunk:
-                        break
-                    buf = rest + chunk
-                    k = len(buf) // 8 * 8
-                    words = np.frombuffer(buf, "<u8", k // 8)
-                    rest = buf[k:]
-                    for bh in self.hist.values():
-                        bh.feed(words)
-                    self.n_words += k // 8
-                self.tail = len(rest)
+                    fill += k
+                k = fill // 8 * 8
+                words = np.frombuffer(buf, "<u8", k // 8)
+                for bh in self.hist.values():
+                    bh.feed(words)
+                del words
+                self.n_words += k // 8
+                rest = bytes(view[k:fill])   # < 8 bytes of a word cut by the read
+                view[:len(rest)] = rest
+                fill = len(rest)
+            self.tail = fill
         except Exception as exc:  # reported by histograms()
             self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            os.close(fd)
+            self.cpu_s = time.thread_time()
 
     def release(self) -> None:
         """After the program ended: unblock a reader still waiting for a writer, then wait."""
@@ -516,6 +545,7 @@ def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = 
         progress(0.95, "saving")
         info = {"memory_command": shlex.join(argv), "memory_ranks": sorted(outputs), "memory_wall_s": float(wall),
                 "memory_streamed_ranks": sorted(run.streams),
+                "memory_analysis_cpu_s": {int(r): round(float(st.cpu_s), 3) for r, st in sorted(run.streams.items())},
                 "memory_exit_code": int(rc), "memory_sample_rate": float(sample_rate),
                 "numba_cpu_name": os.environ.get("NUMBA_CPU_NAME", DEFAULT_NUMBA_CPU),
                 "mpi_instructions": {int(r): int(o.mpi["instructions"]) for r, o in outputs.items()}}

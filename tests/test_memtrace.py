@@ -175,6 +175,7 @@ def test_streamed_histograms_equal_the_file_ones(kernels, tmp_path):
     assert r[(r["seq"] == 1) & (r["line_bytes"] == 64) & (r["access"] == 0)]["count"].sum() == \
         sig.memory["bursts"].set_index("seq").loc[1, "loads"]
     assert sig.header.provenance["memory"]["memory_streamed_ranks"] == [0]
+    assert 0 < sig.header.provenance["memory"]["memory_analysis_cpu_s"][0] < 60
 
 
 def test_missing_valgrind_names_the_package(monkeypatch):
@@ -315,3 +316,57 @@ def test_per_function_reuse_histograms(kernels):
     per_fn = r[(r["seq"] == -1) & (r["line_bytes"] == 64)]["count"].sum()
     per_burst = r[(r["seq"] >= 0) & (r["line_bytes"] == 64)]["count"].sum()
     assert per_fn == pytest.approx(per_burst, rel=1e-12)
+
+
+def _fifo_feed(fifo, payload, sizes):
+    """Write ``payload`` into the FIFO in pieces of the given sizes (cycled), as a tool would."""
+    import os
+
+    fd = os.open(fifo, os.O_WRONLY)
+    i, k = 0, 0
+    while i < len(payload):
+        i += os.write(fd, payload[i:i + sizes[k % len(sizes)]])
+        k += 1
+    os.close(fd)
+
+
+def test_stream_reader_joins_words_cut_anywhere(tmp_path):
+    """The FIFO reader (pmac.memtrace.AccessStream) gets the words in pieces of any size, a word
+    cut between two reads included, over several analysis chunks; a stream cut short is an error
+    that names the file and says how much arrived."""
+    import os
+    import threading
+
+    from pmac.memtrace import _ACC_HEADER, _HEADER, AccessStream
+    from pmac.reuse import FN_SHIFT, burst_histograms
+
+    rng = np.random.default_rng(3)
+    n = 700_000                      # 5.6 MB: more than one 4 MiB analysis chunk
+    words = (rng.integers(0, 60_000, n).astype(np.uint64) << np.uint64(1)) | \
+        (rng.random(n) < 0.3).astype(np.uint64) | (rng.integers(0, 3, n).astype(np.uint64) << np.uint64(FN_SHIFT))
+    marker = np.uint64(1 << 63)
+    words = np.insert(words, [0, 1000, 400_000], [marker | np.uint64(b) for b in (0, 1, 2)])
+    head = np.zeros((), _ACC_HEADER)
+    head["magic"], head["hash_bits"], head["threshold"] = b"PMACVGA1", 24, 1 << 22   # R = 1/4
+    payload = head.tobytes() + words.tobytes()
+    summary = np.zeros((), _HEADER)
+    summary["threshold"], summary["n_acc_words"] = 1 << 22, len(words)
+
+    fifo = tmp_path / "rank-0.acc"
+    os.mkfifo(fifo)
+    stream = AccessStream(fifo, (32, 256))
+    writer = threading.Thread(target=_fifo_feed, args=(fifo, payload, [3, 5, 4093, 65543, 1 << 20]))
+    writer.start()
+    got = stream.histograms(summary, 3, fifo)
+    writer.join()
+    for lb in (32, 256):
+        np.testing.assert_array_equal(got[lb], burst_histograms(words, 3, lb, 4.0))
+    assert got[32].sum() == 4.0 * n
+
+    fifo2 = tmp_path / "rank-1.acc"
+    os.mkfifo(fifo2)
+    stream = AccessStream(fifo2, (64,))
+    _fifo_feed(fifo2, payload[:-4], [1 << 16])
+    with pytest.raises(TruncatedError, match=rf"rank-1\.acc: {len(words) - 1} access words \(\+4 bytes\) where "
+                                             rf"the summary announces {len(words)}"):
+        stream.histograms(summary, 3, fifo2)
