@@ -45,6 +45,13 @@ lower on devbox). With the slowdown on, every shipped example was over-predicted
 (``bench/accuracy --dependency``). Until the tracer separates loop-carried recurrences, the
 dependency probe is kept in the profile but not applied. ``t_branch = branches * branch_cost_s(branch_miss_frac)`` interpolated on the branch probe.
 The scalar share of the flop follows from the instruction counts by width (lanes of doubles).
+Divides and square roots (the burst's ``fp_divsqrt`` operations, part of its flop) run on a
+divider that is not fully pipelined, beside the other arithmetic: where the profile has the
+divider's rate (``divsqrt_per_s``, probes/compute.py) the flop time is
+``max(t_other_flop, divsqrt / divsqrt_per_s)``, the other flop priced as above. Why: nbody
+(one divide and one square root per interaction) runs at the divider's rate, 1.6x slower than
+its flop count at the probed flop rate says. Vector divides are priced at the scalar rate (no
+packed-divide rate is probed: numba and gcc without ``-ffast-math`` keep these divides scalar).
 ``t_compute = t_flop + t_branch``.
 
 **Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
@@ -117,11 +124,13 @@ class BurstArrays:
     cum: np.ndarray
     #: bursts whose histogram was empty and borrowed the rank's (or the run's) aggregate
     n_borrowed_hist: int = 0
+    #: divide and square-root operations (part of the flop); None: not recorded (priced as flop)
+    divsqrt: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.rank)
         for name in ("seq", "load_bytes", "store_bytes", "loads", "stores", "flop_scalar", "flop_simd", "branches",
-                     "dep_distance_mean", "branch_miss_frac"):
+                     "dep_distance_mean", "branch_miss_frac") + (("divsqrt",) if self.divsqrt is not None else ()):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"BurstArrays.{name} has {len(getattr(self, name))} entries, expected {n}")
         if self.cum.ndim != 4 or self.cum.shape[:3] != (len(self.line_bytes), 2, n):
@@ -206,12 +215,13 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     loads, stores = bursts["loads"].to_numpy(np.float64), bursts["stores"].to_numpy(np.float64)
     loads = np.where(loads > 0, loads, lb / 8.0)
     stores = np.where(stores > 0, stores, sb / 8.0)
+    divsqrt = bursts["fp_divsqrt"].to_numpy(np.float64) if "fp_divsqrt" in bursts.columns else None
     return BurstArrays(
         rank=bursts["rank"].to_numpy(np.int32), seq=bursts["seq"].to_numpy(np.int64),
         load_bytes=lb, store_bytes=sb, loads=loads, stores=stores,
         flop_scalar=flop_s, flop_simd=flop_v, branches=bursts["branches"].to_numpy(np.float64),
         dep_distance_mean=dep, branch_miss_frac=bmiss, line_bytes=line_sizes, cum=cum,
-        n_borrowed_hist=int(borrowed.sum()))
+        n_borrowed_hist=int(borrowed.sum()), divsqrt=divsqrt)
 
 
 # ---------------------------------------------------------------- machines
@@ -233,6 +243,8 @@ class MachineCoeffs:
     dep_slowdown_ratio: tuple[float, ...] = ()
     branch_miss_frac: tuple[float, ...] = ()
     branch_cost_s: tuple[float, ...] = ()
+    #: divide/square-root operations per second; None: divides priced as flop
+    divsqrt_per_s: float | None = None
     beta: float = DEFAULT_BETA
     active_cores: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -333,14 +345,14 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         load_bandwidth_bytes_per_s=tuple(bl), store_bandwidth_bytes_per_s=tuple(bs),
         flop_per_s_scalar=comp.flop_per_s_scalar, flop_per_s_simd=comp.flop_per_s_simd,
         dep_distance=dep_x, dep_slowdown_ratio=dep_y, branch_miss_frac=br_x, branch_cost_s=br_y,
-        beta=float(beta), active_cores=active, notes=tuple(notes))
+        divsqrt_per_s=comp.divsqrt_per_s, beta=float(beta), active_cores=active, notes=tuple(notes))
 
 
 # ---------------------------------------------------------------- the kernel
 
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
-def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branches, dep, bmiss,
-            cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv,
+def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, branches, dep, bmiss,
+            cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail):
     """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
@@ -393,6 +405,8 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branche
         sb = store_bytes[b0:b1]
         fsb = flop_s[b0:b1]
         fvb = flop_v[b0:b1]
+        dsq = divsqrt[b0:b1]
+        tf = np.empty(m)
         brb = branches[b0:b1]
         x_dep = dep[b0:b1]
         x_br = bmiss[b0:b1]
@@ -467,10 +481,20 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, branche
                         cost[j] += min(max((x_br[j] - bx) * biw, 0.0), 1.0) * bdy
             ifs = inv_fs[p]
             ifv = inv_fv[p]
+            idv = inv_dv[p]
             bet = beta[p]
+            if idv > 0.0:
+                # divides/square roots on the divider, beside the other flop (scalar ones first)
+                for j in range(m):
+                    d = min(dsq[j], fsb[j] + fvb[j])
+                    dv = max(d - fsb[j], 0.0)
+                    tf[j] = max((fsb[j] - (d - dv)) * ifs + (fvb[j] - dv) * ifv, d * idv)
+            else:
+                for j in range(m):
+                    tf[j] = fsb[j] * ifs + fvb[j] * ifv
             for j in range(m):
                 sl = slow[j] if x_dep[j] > 0.0 else 1.0
-                tc = (fsb[j] * ifs + fvb[j] * ifv) * sl + brb[j] * cost[j]
+                tc = tf[j] * sl + brb[j] * cost[j]
                 t_m = tm[j]
                 out_t[p, b0 + j] = max(t_m, tc) + bet * min(t_m, tc)
                 if detail:
@@ -518,7 +542,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
     n_r = max([len(m.branch_miss_frac) - 1 for m in machines] + [0])
     points: dict[tuple[int, int, float], int] = {(0, 0, 0.0): 0}
     a = dict(lev_k=np.zeros((n_l, n_p), np.int64), line_b=np.zeros((n_l + 1, n_p)), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
-             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p),
+             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), inv_dv=np.zeros(n_p),
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
              br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
              beta=np.zeros(n_p))
@@ -542,6 +566,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
         a["inv_bs"][n_l, p] = 1.0 / m.store_bandwidth_bytes_per_s[nl]
         a["inv_fs"][p] = 1.0 / m.flop_per_s_scalar
         a["inv_fv"][p] = 1.0 / m.flop_per_s_simd
+        a["inv_dv"][p] = 1.0 / m.divsqrt_per_s if m.divsqrt_per_s else 0.0
         a["dep_y0"][p], a["dep_x"][:, p], a["dep_iw"][:, p], a["dep_dy"][:, p] = _segments(
             m.dep_distance, m.dep_slowdown_ratio, 1.0, n_d)
         a["br_y0"][p], a["br_x"][:, p], a["br_iw"][:, p], a["br_dy"][:, p] = _segments(
@@ -585,11 +610,12 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
         out_t = np.empty((n_p, n_b))
     out_m = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
     out_c = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
+    divsqrt = bursts.divsqrt if bursts.divsqrt is not None else np.zeros(n_b)
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
-            bursts.flop_scalar, bursts.flop_simd,
+            bursts.flop_scalar, bursts.flop_simd, divsqrt,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
             a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["line_b"], a["inv_bl"], a["inv_bs"],
-            a["inv_fs"], a["inv_fv"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
+            a["inv_fs"], a["inv_fv"], a["inv_dv"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail)
     return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t,

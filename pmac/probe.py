@@ -84,6 +84,7 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
 
     sc, sv = med("flop_scalar"), med("flop_simd")
     dep, br, miss = med("dependency"), med("branch"), med("branch_miss")
+    ds = med("divsqrt") if (rows["probe"] == "divsqrt").any() else None
     return ComputeModel(
         isa=f"{isa['cpu_name']} (llvmlite {isa['llvmlite']})",
         flop_per_s_scalar=float(sc.iloc[0]), flop_per_s_simd=float(sv.iloc[0]),
@@ -91,7 +92,8 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
         dependency_distance=tuple(float(d) for d in dep.index),
         dependency_flop_per_s=tuple(float(v) for v in dep),
         branch_miss_frac=tuple(float(miss[p]) for p in br.index),
-        branch_cost_s=tuple(float(v) for v in br))
+        branch_cost_s=tuple(float(v) for v in br),
+        divsqrt_per_s=float(ds.iloc[0]) if ds is not None else None)
 
 
 def measure_node(*, quick: bool, progress: Progress | None = None, memory_params=None):

@@ -25,8 +25,11 @@ from .schema import (check_document, from_dict, read_yaml, register_kind, save_d
 from .table import TableSpec
 
 KIND = "pmac.machine"
-register_kind(KIND, 1, {1: "first version: node (caches, memory, compute, curves), network "
-                           "(intra/inter-node links, collectives), overlap, raw sidecar"})
+register_kind(KIND, 2, {1: "first version: node (caches, memory, compute, curves), network "
+                           "(intra/inter-node links, collectives), overlap, raw sidecar",
+                        2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
+                           "per second; version 1 files have none"},
+              migrations={1: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -143,10 +146,14 @@ class ComputeModel:
     dependency_flop_per_s: tuple[float, ...] = ()
     branch_miss_frac: tuple[float, ...] = ()
     branch_cost_s: tuple[float, ...] = ()
+    #: divide and square-root operations per second (probes/compute.py ``divsqrt``: scalar code,
+    #: the divider's throughput); None where the source did not measure it
+    divsqrt_per_s: float | None = None
 
     def __post_init__(self):
         _positive("flop_per_s_scalar", self.flop_per_s_scalar)
         _positive("flop_per_s_simd", self.flop_per_s_simd)
+        _positive("divsqrt_per_s", self.divsqrt_per_s)
         if len(self.dependency_distance) != len(self.dependency_flop_per_s):
             raise ValueError("dependency_distance and dependency_flop_per_s differ in length")
         if len(self.branch_miss_frac) != len(self.branch_cost_s):

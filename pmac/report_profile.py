@@ -59,6 +59,8 @@ def format_profile(profile: MachineProfile) -> str:
             clock = f", clock {fq(c.clock_hz, 'hz')}" if c.clock_hz else ""
             lines.append(f"  compute ({c.isa}, {c.simd_width_bits}-bit SIMD{clock}): scalar "
                          f"{fq(c.flop_per_s_scalar, 'flop_per_s')}, SIMD {fq(c.flop_per_s_simd, 'flop_per_s')} per core")
+            if c.divsqrt_per_s:
+                lines.append(f"    divide / square root: {c.divsqrt_per_s / 1e9:.3g} G/s per core (scalar)")
             if c.dependency_distance:
                 pts = ", ".join(f"{d:g}: {fq(r, 'flop_per_s')}" for d, r in zip(c.dependency_distance, c.dependency_flop_per_s))
                 lines.append(f"    dependency distance -> rate: {pts}")

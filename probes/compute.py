@@ -16,6 +16,13 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   ``x_j = x_j * c + e`` interleaved in one loop, so each floating-point result is used d
   instructions later (in units of the memory signatures' ``dep_distance``). Short distances
   expose the instruction latency; the rate saturates once d covers latency x issue width.
+- ``divsqrt`` (value: divide and square-root operations per second; param: SIMD width in bits
+  of the compiled loop): ``s += 1 / (v * sqrt(v))`` over an L1-resident array, one square root
+  and one divide per element (the inverse-cube pattern of force kernels). On common cores both
+  run on one divider that is not fully pipelined, so this measures its throughput; the loop's
+  multiply and add fit beside it. Scalar: LLVM keeps these divides scalar even with
+  ``fastmath`` (its cost model; so does gcc for C without ``-ffast-math``), so no packed
+  divide rate is measured.
 - ``branch`` (param: probability p that the branch is taken, outcomes iid; value: seconds per
   branch): a loop whose body branches on a precomputed random byte; the taken side stores, so
   the compiler keeps a real conditional jump. ``branch_miss`` rows (param p, value 2p(1-p)) give
@@ -77,6 +84,20 @@ def _flop_simd(x, reps, c, e):
 FLOP_PER_ELEMENT = 2 * _POLY + 1
 
 
+@njit(cache=True)
+def _divsqrt_scalar(x, reps):
+    s = 0.0
+    for _ in range(reps):
+        for i in range(x.size):
+            v = x[i]
+            s += 1.0 / (v * np.sqrt(v))
+    return s
+
+
+#: divide and square-root operations per element of the divsqrt kernel
+DIVSQRT_PER_ELEMENT = 2
+
+
 def _make_chain_kernel(d: int):
     """A kernel with d interleaved independent chains x_j = x_j * c + e (2 flop each)."""
     init = "\n".join(f"    x{j} = 1.0 + {j} * 1e-3" for j in range(d))
@@ -122,7 +143,7 @@ def simd_width_bits(fn, *args) -> int:
     fresh(*args)
     asm = fresh.inspect_asm(fresh.signatures[0])
     widths = [64]
-    for m in re.finditer(r"\tv(?:mul|add|sub|fmadd\d*|fmsub\d*|fnmadd\d*)pd\t([^\n]*)", asm):
+    for m in re.finditer(r"\tv(?:mul|add|sub|div|sqrt|fmadd\d*|fmsub\d*|fnmadd\d*)pd\t([^\n]*)", asm):
         ops = m.group(1)
         widths.append(512 if "%zmm" in ops else 256 if "%ymm" in ops else 128)
     return max(widths)
@@ -173,7 +194,7 @@ def run(*, quick: bool = False, progress=None, threshold: float = 0.02) -> list[
 
     probabilities = (0.0, 0.1, 0.25, 0.5) if quick else (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
     distances = (1, 2, 4, 8, 16) if quick else DEP_DISTANCES
-    steps = 2 + len(distances) + len(probabilities)
+    steps = 3 + len(distances) + len(probabilities)
     done = 0
 
     def tick(msg):
@@ -189,6 +210,10 @@ def run(*, quick: bool = False, progress=None, threshold: float = 0.02) -> list[
         vals = _timeit(lambda n: fn(x, n, c, e), target, rmin, rmax, threshold,
                        scale=lambda n, dt: FLOP_PER_ELEMENT * x.size * n / dt)
         add(probe, simd_width_bits(fn, x, 1, c, e), vals)
+    tick("divsqrt")
+    vals = _timeit(lambda n: _divsqrt_scalar(x, n), target, rmin, rmax, threshold,
+                   scale=lambda n, dt: DIVSQRT_PER_ELEMENT * x.size * n / dt)
+    add("divsqrt", simd_width_bits(_divsqrt_scalar, x, 1), vals)
     for d in distances:
         tick(f"dependency d={d}")
         k = chain_kernel(d)

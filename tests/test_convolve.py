@@ -197,3 +197,19 @@ def test_out_buffer_receives_the_times_and_is_checked():
     assert res.time_s is out and np.array_equal(out, ref) and out[1, 0] < out[0, 0]
     with pytest.raises(ValueError, match="C-contiguous float64 array of shape"):
         convolve(bursts, [m, fast], detail=False, out=np.empty((1, 2)))
+
+
+def test_divides_run_on_the_divider_beside_the_other_flop():
+    """t_flop = max(other flop / flop rate, divsqrt / divider rate) when the profile has the rate;
+    without it divides are flop like any other."""
+    base = one_burst({10: 100}, load_bytes=800, store_bytes=0, fp_scalar=1000, flop=1000.0, branches=0)
+    ba = dataclasses.replace(base, divsqrt=np.array([200.0]))
+    m = machine_coeffs(two_level_profile())
+    rs = m.flop_per_s_scalar
+    assert convolve(ba, [m]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)
+    slow_div = dataclasses.replace(m, divsqrt_per_s=rs / 10)     # divider-bound: 200 * 10 / rs
+    fast_div = dataclasses.replace(m, divsqrt_per_s=rs * 10)     # the other 800 flop dominate
+    c = convolve(ba, [slow_div, fast_div]).compute_s[:, 0]
+    assert c[0] == pytest.approx(2000 / rs, rel=1e-12) and c[1] == pytest.approx(800 / rs, rel=1e-12)
+    # a signature without divide counts: priced as before whatever the machine's divider
+    assert convolve(base, [slow_div]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)

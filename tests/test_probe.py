@@ -86,6 +86,9 @@ def test_branch_and_dependency_probes_measure_something():
     # 8 independent chains run faster than one dependent chain
     assert med[("dependency", 8.0)] > 2 * med[("dependency", 1.0)]
     assert med[("flop_simd", next(p for (n, p) in med if n == "flop_simd"))] > 0
+    # the divider is slower than the multiply-add pipes on any core we know, and the kernel stays scalar
+    div_rate = med[("divsqrt", 64.0)]
+    assert 0 < div_rate < med[("flop_scalar", next(p for (n, p) in med if n == "flop_scalar"))] / 2
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +110,7 @@ def test_profile_written_and_reloaded(probed):
     assert back.node.caches and back.node.memory.bandwidth_1core_bytes_per_s["load_unit"] > 0
     assert back.node.caches[0].bandwidth_1core_bytes_per_s["load_unit"] > \
         back.node.memory.bandwidth_1core_bytes_per_s["load_unit"]
-    assert back.node.compute.flop_per_s_simd > 0
+    assert back.node.compute.flop_per_s_simd > 0 and back.node.compute.divsqrt_per_s > 0
     assert back.network is None and "network.intra_node" in back.missing()
     prov = back.provenance
     for key in ("cpu_model", "n_cores", "mpi_library", "numba_version", "transparent_hugepage", "isa",
