@@ -1,14 +1,14 @@
 /* C reference kernels for the pmac memory and flop probes (probes/memory.py, probes/compute.py).
  *
  * Source: written for pmac; the loops are the same as the numba kernels, line for line.
- * Build:  gcc -O3 -march=native -fopenmp-simd -o memory_c memory.c
+ * Build:  gcc -O3 -march=native -fopenmp-simd -o memory_c memory.c -lm
  *         (-fopenmp-simd only honours the `omp simd reduction` pragmas, which give the C
  *          reductions the reassociation numba's fastmath=True gives the probe's kernels;
  *          no threads are used. flop_scalar carries optimize("no-tree-vectorize",
  *          "fp-contract=off"), and
  *          store/copy an empty asm memory barrier per sweep: see there.)
  * Usage:  memory_c KIND WORKING_SET_BYTES SWEEPS REPS
- *         KIND = load_unit | load_random | store | copy | flop_scalar | flop_simd
+ *         KIND = load_unit | load_random | store | copy | flop_scalar | flop_simd | divsqrt
  * Prints one line per repetition: seconds for SWEEPS sweeps.
  *
  * Buffers: 2 MiB-aligned, and madvise(MADV_HUGEPAGE) from 4 MiB up, as numpy does for its
@@ -100,6 +100,15 @@ __attribute__((noinline)) static double flop_simd(const double *x, size_t n, lon
     return s;
 }
 
+/* One divide and one square root per element, summed in order (scalar, as numba compiles
+ * probes/compute.py's _divsqrt_scalar; gcc keeps sqrt scalar without -ffast-math anyway). */
+__attribute__((noinline, optimize("no-tree-vectorize"))) static double divsqrt(const double *x, size_t n, long reps) {
+    double s = 0.0;
+    for (long r = 0; r < reps; r++)
+        for (size_t i = 0; i < n; i++) { double v = x[i]; s += 1.0 / (v * __builtin_sqrt(v)); }
+    return s;
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: %s KIND WORKING_SET_BYTES SWEEPS REPS\n", argv[0]);
@@ -110,10 +119,11 @@ int main(int argc, char **argv) {
     long sweeps = atol(argv[3]), reps = atol(argv[4]);
     size_t per = !strcmp(kind, "load_random") ? 12 : !strcmp(kind, "copy") ? 16 : 8;
     size_t n = ws / per;
-    if (!strncmp(kind, "flop", 4)) n = 512;
+    int compute = !strncmp(kind, "flop", 4) || !strcmp(kind, "divsqrt");
+    if (compute) n = 512;
     double *a = buffer(n * 8), *b = NULL;
     int32_t *idx = NULL;
-    for (size_t i = 0; i < n; i++) a[i] = !strncmp(kind, "flop", 4) ? 0.5 + 0.5 * i / (n - 1) : 1.0;
+    for (size_t i = 0; i < n; i++) a[i] = compute ? 0.5 + 0.5 * i / (n - 1) : 1.0;
     if (!strcmp(kind, "copy")) { b = buffer(n * 8); memset(b, 0, n * 8); }
     if (!strcmp(kind, "load_random")) {
         idx = buffer(n * 4);
@@ -133,6 +143,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(kind, "copy")) sink = copy(a, b, n, sw);
         else if (!strcmp(kind, "flop_scalar")) sink = flop_scalar(a, n, sw, 0.999, 1e-4);
         else if (!strcmp(kind, "flop_simd")) sink = flop_simd(a, n, sw, 0.999, 1e-4);
+        else if (!strcmp(kind, "divsqrt")) sink = divsqrt(a, n, sw);
         else { fprintf(stderr, "unknown kind %s\n", kind); return 2; }
         double dt = now() - t0;
         if (r >= 0) printf("%.9e\n", dt);
