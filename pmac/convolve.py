@@ -350,6 +350,20 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
 
 # ---------------------------------------------------------------- the kernel
 
+@numba.njit(cache=True, error_model="numpy", fastmath=True)
+def _segment_curve(out, x, y0, xs, iw, dy, p):
+    """``out[j] = y0 + sum_k clip((x[j] - xs[k, p]) * iw[k, p], 0, 1) * dy[k, p]``: machine p's
+    piecewise-linear curve (see _segments) at every x of a chunk (once per machine and chunk)."""
+    for j in range(out.shape[0]):
+        out[j] = y0
+    for k in range(xs.shape[0]):
+        x0 = xs[k, p]
+        w = iw[k, p]
+        d = dy[k, p]
+        for j in range(out.shape[0]):
+            out[j] += min(max((x[j] - x0) * w, 0.0), 1.0) * d
+
+
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
 def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, branches, dep, bmiss,
             cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv,
@@ -364,8 +378,6 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
     n_p = beta.shape[0]
     n_k = cap_line.shape[0]
     n_l = lev_k.shape[0]
-    n_d = dep_x.shape[0]
-    n_r = br_x.shape[0]
     # every machine's branch curve on the same knots (all probed by pmac): locate a burst's
     # miss fraction once, then one interpolation per machine
     n_kn = br_knots.shape[0]
@@ -456,29 +468,13 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
                 ms = ns[j] * (1.0 - hsp[j]) * lbm if has_levels else 0.0
                 t = tm[j] + ml * iblm + ms * ibsm
                 tm[j] = t + max(lb[j] - mvl[j] - ml, 0.0) * ibl0 + max(sb[j] - mvs[j] - ms, 0.0) * ibs0
-            y0 = dep_y0[p]
-            for j in range(m):
-                slow[j] = y0
-            for d in range(n_d):
-                dx = dep_x[d, p]
-                diw = dep_iw[d, p]
-                ddy = dep_dy[d, p]
-                for j in range(m):
-                    slow[j] += min(max((x_dep[j] - dx) * diw, 0.0), 1.0) * ddy
+            _segment_curve(slow, x_dep, dep_y0[p], dep_x, dep_iw, dep_dy, p)
             if n_kn >= 2:
                 for j in range(m):
                     y_lo = br_yv[jb[j], p]
                     cost[j] = y_lo + fb[j] * (br_yv[jb[j] + 1, p] - y_lo)
             else:
-                c0 = br_y0[p]
-                for j in range(m):
-                    cost[j] = c0
-                for d in range(n_r):
-                    bx = br_x[d, p]
-                    biw = br_iw[d, p]
-                    bdy = br_dy[d, p]
-                    for j in range(m):
-                        cost[j] += min(max((x_br[j] - bx) * biw, 0.0), 1.0) * bdy
+                _segment_curve(cost, x_br, br_y0[p], br_x, br_iw, br_dy, p)
             ifs = inv_fs[p]
             ifv = inv_fv[p]
             idv = inv_dv[p]

@@ -81,13 +81,18 @@ def _arrive_contended(nf, ni, s, node_of_rank, rank, dest, sbytes, ready):
 
 
 @njit(cache=True)
-def _rendezvous_arrival(nf, ni, s, flag, ts, tr, handshake, contention, per_route, o_s0, o_s1, l0_0, l0_1,
-                        host0, n_hosts, r_lat, wire, node_of_rank, rank, dest, sbytes):
-    """Arrival of rendezvous send ``s`` (posted at ``ts``, its receive at ``tr``); called once per
-    rendezvous message, so its array arguments are affordable."""
+def _arrival(nf, ni, s, flag, ts, tr, buffered, handshake, contention, per_route, o_s0, o_s1, l0_0, l0_1,
+             host0, n_hosts, r_lat, wire, node_of_rank, rank, dest, sbytes):
+    """Arrival of send ``s``'s data (posted at ``ts``, its receive at ``tr``): eager, or
+    rendezvous with or without the handshake (pmac.collectives); once per message, so its array
+    arguments are affordable."""
     inter = (flag & F_INTER) != 0
     o_s = o_s1 if inter else o_s0
-    if handshake != 0:
+    if flag & F_EAGER:
+        ready = ts + o_s
+        if buffered == 0 and tr > ready:
+            ready = tr
+    elif handshake != 0:
         l0 = l0_1 if inter else l0_0
         if per_route and inter:
             l0 = nf[r_lat + ni[host0 + node_of_rank[rank[s]]] * n_hosts + ni[host0 + node_of_rank[dest[s]]]]
@@ -274,67 +279,39 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
                 else:
                     x = e
                     half = j
-                if half == 0:       # ---- a send is done
-                    p = psend[x]
-                    if p != P_NULL:
-                        if sflag[x] & F_EAGER:
-                            d = post_t[x] + (o_s1 if sflag[x] & F_INTER else o_s0)
-                        else:
-                            if p == P_UNMATCHED:
-                                blocked = True
-                                bk[r] = B_NEVER
-                                bw[r] = x
-                                break
-                            if np.isnan(post_t[p]):
-                                blocked = True
-                                bk[r] = B_EVENT
-                                bw[r] = p
-                                break
-                            if np.isnan(arrival[x]):
-                                arrival[x] = _rendezvous_arrival(nf, ni, x, sflag[x], post_t[x], post_t[p],
-                                                                 handshake, contention, per_route, o_s0, o_s1,
-                                                                 l0_0, l0_1, host0, n_hosts, r_lat, wire,
-                                                                 node_of_rank, rank, dest, sbytes)
-                            d = arrival[x]
-                            if post_t[p] > ref:
-                                ref = post_t[p]
-                                cz = p
-                        if d > end:
-                            end = d
-                elif half == 1:     # ---- a receive is done
-                    s = precv[x]
-                    if s != P_NULL:
-                        if s == P_UNMATCHED:
+                if half <= 1:       # ---- a send (0) or a receive (1) is done
+                    q = psend[x] if half == 0 else precv[x]   # the partner
+                    if q == P_NULL:
+                        j += 1
+                        continue
+                    if half == 0 and (sflag[x] & F_EAGER):
+                        d = post_t[x] + (o_s1 if sflag[x] & F_INTER else o_s0)
+                    else:
+                        if q == P_UNMATCHED:
                             blocked = True
                             bk[r] = B_NEVER
                             bw[r] = x
                             break
-                        if np.isnan(post_t[s]):
+                        if np.isnan(post_t[q]):
                             blocked = True
                             bk[r] = B_EVENT
-                            bw[r] = s
+                            bw[r] = q
                             break
+                        s = x if half == 0 else q             # the send, and its receive's post
+                        tr = post_t[q] if half == 0 else post_t[x]
                         if np.isnan(arrival[s]):
-                            if sflag[s] & F_EAGER:   # not buffered: leaves once the receive is posted
-                                ready = post_t[s] + (o_s1 if sflag[s] & F_INTER else o_s0)
-                                if buffered == 0 and post_t[x] > ready:
-                                    ready = post_t[x]
-                                if contention and (sflag[s] & F_INTER):
-                                    arrival[s] = _arrive_contended(nf, ni, s, node_of_rank, rank, dest, sbytes,
-                                                                   ready)
-                                else:
-                                    arrival[s] = ready + wire[s]
-                            else:
-                                arrival[s] = _rendezvous_arrival(nf, ni, s, sflag[s], post_t[s], post_t[x],
-                                                                 handshake, contention, per_route, o_s0, o_s1,
-                                                                 l0_0, l0_1, host0, n_hosts, r_lat, wire,
-                                                                 node_of_rank, rank, dest, sbytes)
-                        d = max(post_t[x], arrival[s]) + (o_r1 if sflag[x] & F_RINTER else o_r0)
-                        if d > end:
-                            end = d
-                        if post_t[s] > ref:
-                            ref = post_t[s]
-                            cz = s
+                            arrival[s] = _arrival(nf, ni, s, sflag[s], post_t[s], tr, buffered, handshake,
+                                                  contention, per_route, o_s0, o_s1, l0_0, l0_1, host0, n_hosts,
+                                                  r_lat, wire, node_of_rank, rank, dest, sbytes)
+                        if half == 0:
+                            d = arrival[s]
+                        else:
+                            d = max(tr, arrival[s]) + (o_r1 if sflag[x] & F_RINTER else o_r0)
+                        if post_t[q] > ref:
+                            ref = post_t[q]
+                            cz = q
+                    if d > end:
+                        end = d
                 elif half == 2:     # ---- a non-blocking collective is done
                     i = psend[x]
                     if np.isnan(arrival[x]):
