@@ -108,3 +108,43 @@ FUNCTIONS = TableSpec(name="functions", columns=(
 ))
 
 MEMORY_TABLES = {t.name: t for t in (BURSTS, REUSE, FUNCTIONS)}
+
+
+def check_tables(tables: dict) -> None:
+    """Raise ValueError (one line: table, column, what is wrong) where memory-signature tables
+    hold values no reader can use: reuse bins outside 0..COLD_BIN, access other than load/store,
+    line sizes that are not powers of two >= 32 bytes, negative or non-finite counts, burst keys
+    (rank, seq) that repeat, sampling fractions outside (0, 1]. Column sets and dtypes are
+    checked by pmac.table on load."""
+    r = tables.get("reuse")
+    if r is not None and len(r):
+        bins = r["bin"].to_numpy()
+        if bins.min() < 0 or bins.max() > COLD_BIN:
+            raise ValueError(f"table 'reuse': bin {int(bins.min() if bins.min() < 0 else bins.max())} "
+                             f"outside 0..{COLD_BIN}")
+        bad = ~np.isin(r["access"].to_numpy(), (ACCESS_LOAD, ACCESS_STORE))
+        if bad.any():
+            raise ValueError(f"table 'reuse': access {int(r['access'].to_numpy()[bad][0])} is neither "
+                             f"{ACCESS_LOAD} (load) nor {ACCESS_STORE} (store)")
+        lb = r["line_bytes"].to_numpy().astype(np.int64)
+        bad = (lb < 32) | (lb & (lb - 1) != 0)
+        if bad.any():
+            raise ValueError(f"table 'reuse': line_bytes {int(lb[bad][0])} is not a power of two >= 32")
+        c = r["count"].to_numpy()
+        if not np.isfinite(c).all() or (c < 0).any():
+            raise ValueError("table 'reuse': negative or non-finite count")
+        if (r["seq"].to_numpy() < -1).any():
+            raise ValueError("table 'reuse': seq below -1 (-1 marks per-function rows)")
+    b = tables.get("bursts")
+    if b is not None and len(b):
+        counts = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256",
+                  "fp_512", "branches")
+        for col in counts:
+            if (b[col].to_numpy() < 0).any():
+                raise ValueError(f"table 'bursts': negative {col}")
+        if b.duplicated(["rank", "seq"]).any():
+            k = b[b.duplicated(["rank", "seq"])].iloc[0]
+            raise ValueError(f"table 'bursts': burst (rank {int(k['rank'])}, seq {int(k['seq'])}) appears twice")
+        f = b["sample_frac"].to_numpy()
+        if not ((f > 0) & (f <= 1)).all():
+            raise ValueError("table 'bursts': sample_frac outside (0, 1]")

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError, TruncatedError
-from .memsig import BURSTS, FUNCTIONS, LINE_SIZES_BYTES, REUSE
+from .memsig import BURSTS, FUNCTIONS, LINE_SIZES_BYTES, REUSE, check_tables
 from .reuse import HASH_BITS, BurstHistograms
 from .schema import provenance
 from .signature import (HEADER_FILE, MEMORY_FILE, Signature, SignatureHeader, load_signature, make_signature,
@@ -310,7 +310,9 @@ def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...]
                                        "object": f["object"].to_numpy(), **d})
                          .sort_values("instructions", ascending=False, kind="stable"))
     cat = (lambda parts, spec: spec.coerce(pd.concat(parts, ignore_index=True)) if parts else spec.empty())
-    return {"bursts": cat(bursts, BURSTS), "reuse": cat(reuse, REUSE), "functions": cat(funcs, FUNCTIONS)}
+    tables = {"bursts": cat(bursts, BURSTS), "reuse": cat(reuse, REUSE), "functions": cat(funcs, FUNCTIONS)}
+    check_tables(tables)
+    return tables
 
 
 _PY_HOOK = r"""# pmac memory tracer: name numba-jitted code (entry address of every compiled overload at exit)
