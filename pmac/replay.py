@@ -360,7 +360,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     seq = _col(events, "seq", np.int64)
     n = rank.size
     # a fresh writable copy: numba compiles read-only arrays (pandas copy-on-write) separately
-    burst = np.array(events["burst_s"] if burst_s is None else burst_s, dtype=np.float64, copy=True)
+    burst = np.ascontiguousarray(events["burst_s"] if burst_s is None else burst_s, dtype=np.float64)  # read only
     if burst.shape != (n,):
         raise InputError(f"burst_s has {burst.size} values for {n} events")
     cols = {}
@@ -393,8 +393,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         n = rank.size
     if op_count[Op.START] or op_count[Op.STARTALL]:
         _starts_as_nonblocking(rank, cols)
-    rank_off = np.zeros(n_ranks + 1, np.int64)
-    rank_off[1:] = np.cumsum(np.bincount(rank, minlength=n_ranks))
+    rank_off = np.searchsorted(rank, np.arange(n_ranks + 1)).astype(np.int64)  # rows are sorted by rank
     op = cols["op"]
     dest, source, comm = cols["dest"], cols["source"], cols["comm"]
     kind = np.empty(n, np.int8)
@@ -434,6 +433,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
             if np.any((kind == K_WAIT) & (cols["n_requests"] > 0)):
                 raise InputError("events have wait/test calls but no requests table was given")
         else:
+            wreq_off = np.empty(n + 1, np.int64)  # every entry written by resolve_waits
             req_cols = (_col(requests, "rank", np.int32), _col(requests, "request", np.int64),
                         _col(requests, "completed", np.int8))
             wreq_ev, err, e = passes.with_retry(
