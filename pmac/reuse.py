@@ -43,8 +43,7 @@ import math
 import llvmlite.ir as ir
 import numba
 import numpy as np
-from llvmlite.binding import llvm_version_info
-from numba.core import cgutils, types
+from numba.core import types
 from numba.extending import intrinsic
 
 from .memsig import COLD_BIN, N_REUSE_BINS, REUSE_BIN_EDGES_LINES, hit_fraction
@@ -81,7 +80,6 @@ _EMPTY = -1     # hash slot unused
 _IN_TOP = -2    # hash slot of a line in the top array (not in the tree)
 
 
-@numba.njit(cache=True, nogil=True)
 def _new_table(n_slots):
     """An empty hash table: per slot (line, its time below the top or _IN_TOP; _EMPTY unused),
     side by side so that a probe reads one cache line."""
@@ -121,10 +119,6 @@ def _popcount(typingctx, x):
     return types.uint64(types.uint64), codegen
 
 
-#: LLVM's name of the prefetch intrinsic: opaque pointers from LLVM 15 on
-_PREFETCH = "llvm.prefetch.p0" if llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
-
-
 @intrinsic
 def _prefetch(typingctx, arr, idx):
     """Ask the CPU to fetch the cache line of ``arr.flat[idx]`` (read, keep in all levels)."""
@@ -132,8 +126,9 @@ def _prefetch(typingctx, arr, idx):
         ary = context.make_array(signature.args[0])(context, builder, args[0])
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            _PREFETCH)
+        # llvmlite names it for typed pointers (llvm.prefetch.p0i8); LLVM >= 15 renames it
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(),
+                                                                                     [i8p, i32, i32, i32]))
         builder.call(fn, [builder.bitcast(builder.gep(ary.data, [args[1]]), i8p), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
 
