@@ -45,7 +45,10 @@ from .vgtool_build import build_tool, valgrind_command
 
 #: counters of the tool, in file order (pmac_vg.c enum C_*)
 COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256",
-            "fp_512", "flop", "branches", "branch_misses", "dep_sum", "dep_n", "sampled")
+            "fp_512", "flop", "fp_divsqrt", "branches", "branch_misses", "dep_sum", "dep_n", "sampled")
+#: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations);
+#: the files live only while a trace runs, so older ones are refused, not migrated
+TOOL_FILE_VERSION = 2
 NC = len(COUNTERS)
 _HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("n_counters", "<u4"), ("hash_bits", "<u4"),
                     ("threshold", "<u4"), ("pid", "<i4"), ("flags", "<u4"), ("n_bursts", "<i8"),
@@ -93,9 +96,9 @@ def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> 
     h = np.frombuffer(data[:_HEADER.itemsize], _HEADER)[0]
     if h["magic"] != b"PMACVGS1":
         raise InputError("not a pmac_vg summary file (bad magic)", path=path)
-    if h["version"] != 1 or h["n_counters"] != NC:
+    if h["version"] != TOOL_FILE_VERSION or h["n_counters"] != NC:
         raise InputError(f"pmac_vg summary version {h['version']} with {h['n_counters']} counters; "
-                         f"this pmac reads version 1 with {NC}", path=path)
+                         f"this pmac reads version {TOOL_FILE_VERSION} with {NC}", path=path)
     nb, nf = int(h["n_bursts"]), int(h["n_functions"])
     need = _HEADER.itemsize + 8 * NC + nb * _BURST.itemsize + nf * _FUNC.itemsize + len(TRAILER)
     if nb < 1 or nf < 0 or len(data) != need or data[-len(TRAILER):] != TRAILER:

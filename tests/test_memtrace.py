@@ -236,7 +236,10 @@ def test_forked_child_leaves_the_parents_files_intact(tmp_path, cache):
     run = run_under_tool([str(exe)], tmp_path / "run", sample_rate=1.0)
     o = read_tool_output(run.files[0])   # neither truncated nor mixed with the child's accesses
     assert run.returncode == 0 and o.bursts[0, 1] >= 100000 and o.bursts[0, 2] >= 100000
-    assert len(o.words) == 1 + o.bursts[0, 14]  # burst marker + the parent's sampled accesses
+    from pmac.memtrace import COUNTERS
+
+    # burst marker + the parent's sampled accesses
+    assert len(o.words) == 1 + o.bursts[0, COUNTERS.index("sampled")]
 
 
 def test_numba_entry_points_name_jit_blocks(tmp_path):
@@ -244,7 +247,7 @@ def test_numba_entry_points_name_jit_blocks(tmp_path):
     import os
     import sys
 
-    from pmac.memtrace import _PY_HOOK, ToolOutput, name_jit_code, read_jit_symbols
+    from pmac.memtrace import _PY_HOOK, NC, ToolOutput, name_jit_code, read_jit_symbols
 
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -260,11 +263,11 @@ def test_numba_entry_points_name_jit_blocks(tmp_path):
     (pid, (addr, names)), = read_jit_symbols(tmp_path).items()
     assert names.tolist() == ["__main__.kernel"] and addr.tolist() == [entry]
     block = entry & ~63
-    o = ToolOutput(pid=pid, sample_rate=1.0, mpi={}, burst_seq=np.array([0]), bursts=np.zeros((1, 15), np.uint64),
+    o = ToolOutput(pid=pid, sample_rate=1.0, mpi={}, burst_seq=np.array([0]), bursts=np.zeros((1, NC), np.uint64),
                    function=np.array([f"?0x{block:x}", f"?0x{block + 128:x}", f"?0x{block + (2 << 20):x}",
                                       f"?0x{block:x}", "main"]),
                    object=np.array(["", "", "", "libfoo.so", "app"]),
-                   functions=np.zeros((5, 15), np.uint64), words=np.zeros(0, np.uint64))
+                   functions=np.zeros((5, NC), np.uint64), words=np.zeros(0, np.uint64))
     n = name_jit_code(o, (addr, names))
     # the entry block and the next ones belong to kernel; far away, or inside an object: unchanged
     assert n.function.tolist() == ["__main__.kernel", "__main__.kernel", f"?0x{block + (2 << 20):x}",
@@ -289,7 +292,9 @@ def test_other_threads_belong_to_no_burst(tmp_path, cache):
     subprocess.run(["gcc", "-O1", "-fno-tree-vectorize", "-pthread", "-o", str(exe), str(src)], check=True)
     alone = read_tool_output(run_under_tool([str(exe)], tmp_path / "a", sample_rate=1.0).files[0])
     both = read_tool_output(run_under_tool([str(exe), "x"], tmp_path / "b", sample_rate=1.0).files[0])
-    instr, stores, sampled = 0, 2, 14
+    from pmac.memtrace import COUNTERS
+
+    instr, stores, sampled = (COUNTERS.index(c) for c in ("instructions", "stores", "sampled"))
     # the worker's 400000 stores are not in the burst; thread creation adds a little on main's side
     assert both.bursts[0, stores] - alone.bursts[0, stores] < 2000
     assert both.bursts[0, sampled] - alone.bursts[0, sampled] < 4000
@@ -409,3 +414,31 @@ def test_counts_of_an_example_agree_with_cachegrind_and_lackey(tmp_path, cache):
     assert ours["loads"] == pytest.approx(lk_loads, rel=0.01)
     assert ours["stores"] == pytest.approx(lk_stores, rel=0.01)
     assert cg["Dw"] < ours["stores"] < 1.08 * cg["Dw"]
+
+
+def test_divides_and_square_roots_are_counted(tmp_path, cache):
+    """fp_divsqrt: divide and square-root operations (lanes), the work of the divider the
+    convolver prices apart (probes/compute.py divsqrt)."""
+    from pmac.memtrace import COUNTERS
+
+    src = tmp_path / "d.c"
+    src.write_text("#include <immintrin.h>\n#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+                   "__attribute__((noinline)) double inv_cube(const double *v, int n) {\n"
+                   "  double s = 0; for (int i = 0; i < n; i++) s += 1.0 / (v[i] * sqrt(v[i])); return s; }\n"
+                   "__attribute__((noinline)) void div256(double *a, const double *b, int n) {\n"
+                   "  for (int i = 0; i < n; i += 4)\n"
+                   "    _mm256_storeu_pd(a + i, _mm256_div_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(b + i))); }\n"
+                   "int main(int argc, char **argv) { int n = atoi(argv[1]);\n"
+                   "  double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);\n"
+                   "  for (int i = 0; i < n; i++) { a[i] = 1.0 + i; b[i] = 2.0; }\n"
+                   "  double s = inv_cube(a, n); div256(a, b, n); printf(\"%f %f\\n\", s, a[7]); return 0; }\n")
+    exe = tmp_path / "d"
+    subprocess.run(["gcc", "-O2", "-mavx2", "-fno-tree-vectorize", "-o", str(exe), str(src), "-lm"], check=True)
+    n = 4000
+    o = read_tool_output(run_under_tool([str(exe), str(n)], tmp_path / "run").files[0])
+    k = COUNTERS.index("fp_divsqrt")
+    row = {f: c for f, c in zip(o.function, o.functions)}
+    assert row["inv_cube"][k] == 2 * n          # one square root and one divide per element
+    assert row["div256"][k] == n                # n / 4 packed divides of 4 lanes
+    assert row["div256"][COUNTERS.index("fp_256")] == n // 4 and row["div256"][COUNTERS.index("flop")] == n
+    assert o.bursts[0, k] == sum(c[k] for c in o.functions)

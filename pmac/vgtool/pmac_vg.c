@@ -24,7 +24,7 @@
  * Stack distances are computed from that stream by pmac.reuse (numba), scaled by 1/R.
  *
  * Files (little-endian), written with no address text:
- *   <out>      header 64 B: "PMACVGS1", u32 version=1, u32 n_counters, u32 hash_bits,
+ *   <out>      header 64 B: "PMACVGS1", u32 version=2, u32 n_counters, u32 hash_bits,
  *              u32 threshold, i32 pid, u32 flags, i64 n_bursts, i64 n_functions, i64 n_acc_words,
  *              8 B pad; then the counters of code outside bursts: inside MPI calls, or run by a
  *              thread other than the main one (n_counters x u64);
@@ -62,7 +62,7 @@
 
 enum {
     C_INSTR, C_LOADS, C_STORES, C_LOAD_BYTES, C_STORE_BYTES, C_FP_SCALAR, C_FP_128, C_FP_256, C_FP_512,
-    C_FLOP, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_SAMPLED, NC
+    C_FLOP, C_DIVSQRT, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_SAMPLED, NC
 };
 #define HASH_BITS 24
 #define DEP_CAP 32
@@ -264,11 +264,24 @@ static Counters *fn_counters(Addr a) {
 
 /* ---- instrumentation ----------------------------------------------------------------- */
 
-typedef struct { Int lanes, bits, flop_per_lane, fma; } FpOp;
+typedef struct { Int lanes, bits, flop_per_lane, fma, divsqrt; } FpOp;
+
+static Bool is_divsqrt(IROp op) {
+    switch (op) {
+    case Iop_DivF64: case Iop_SqrtF64: case Iop_DivF64r32: case Iop_Div64F0x2: case Iop_Sqrt64F0x2:
+    case Iop_DivF32: case Iop_SqrtF32: case Iop_Div32F0x4: case Iop_Sqrt32F0x4:
+    case Iop_Div64Fx2: case Iop_Sqrt64Fx2: case Iop_Div32Fx4: case Iop_Sqrt32Fx4:
+    case Iop_Div64Fx4: case Iop_Sqrt64Fx4: case Iop_Div32Fx8: case Iop_Sqrt32Fx8:
+        return True;
+    default:
+        return False;
+    }
+}
 
 static Bool fp_op(IROp op, FpOp *o) {
     o->fma = 0;
     o->flop_per_lane = 1;
+    o->divsqrt = is_divsqrt(op);
     switch (op) {
     case Iop_AddF64: case Iop_SubF64: case Iop_MulF64: case Iop_DivF64: case Iop_SqrtF64:
     case Iop_AddF64r32: case Iop_SubF64r32: case Iop_MulF64r32: case Iop_DivF64r32:
@@ -296,6 +309,7 @@ static Bool fp_op(IROp op, FpOp *o) {
 
 typedef struct {
     Int flop;        /* floating-point operations of the instruction */
+    Int divsqrt;     /* of which divides and square roots (lanes) */
     Int width;       /* 0 none, 1 scalar, 2 128-bit, 3 256-bit, 4 512-bit */
     Int dep;         /* def-use distance (FP instructions) */
 } InsnInfo;
@@ -401,6 +415,7 @@ static void analyse(IRSB *sb, InsnInfo *info, Int n_insn) {
                 if (op != Iop_INVALID && fp_op(op, &o)) {
                     any = 1;
                     info[i].flop += o.lanes * o.flop_per_lane;
+                    if (o.divsqrt) info[i].divsqrt += o.lanes;
                     if (o.fma) fmabits += o.bits; else if (o.lanes * o.bits > vbits) vbits = o.lanes * o.bits;
                     fp_tmp[n_fp] = t;
                     fp_insn[n_fp++] = i;
@@ -550,6 +565,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             seg->v[C_INSTR]++;
             if (i < n_insn && info[i].flop) {
                 seg->v[C_FLOP] += info[i].flop;
+                seg->v[C_DIVSQRT] += info[i].divsqrt;
                 seg->v[C_FP_SCALAR + info[i].width - 1]++;
                 seg->v[C_DEP_SUM] += info[i].dep;
                 seg->v[C_DEP_N]++;
@@ -706,7 +722,7 @@ static void pm_fini(Int exitcode) {
     } h;
     VG_(memset)(&h, 0, sizeof h);
     VG_(memcpy)(h.magic, "PMACVGS1", 8);
-    h.version = 1; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
+    h.version = 2; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
     h.pid = VG_(getpid)(); h.flags = flags;
     h.n_bursts = n_bursts; h.n_functions = n_fns; h.n_acc_words = acc_total;
     VG_(write)(fd, &h, sizeof h);
