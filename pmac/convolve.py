@@ -215,7 +215,9 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     loads, stores = bursts["loads"].to_numpy(np.float64), bursts["stores"].to_numpy(np.float64)
     loads = np.where(loads > 0, loads, lb / 8.0)
     stores = np.where(stores > 0, stores, sb / 8.0)
-    divsqrt = bursts["fp_divsqrt"].to_numpy(np.float64) if "fp_divsqrt" in bursts.columns else None
+    divsqrt = None   # not counted (signatures before version 2 hold -1): divides priced as flop
+    if "fp_divsqrt" in bursts.columns and (bursts["fp_divsqrt"].to_numpy() >= 0).all():
+        divsqrt = bursts["fp_divsqrt"].to_numpy(np.float64)
     return BurstArrays(
         rank=bursts["rank"].to_numpy(np.int32), seq=bursts["seq"].to_numpy(np.int64),
         load_bytes=lb, store_bytes=sb, loads=loads, stores=stores,

@@ -72,6 +72,7 @@ BURSTS = TableSpec(name="bursts", columns=(
     ("fp_256", "int64"),
     ("fp_512", "int64"),
     ("flop", "float64"),         # floating-point operations (lanes x instructions)
+    ("fp_divsqrt", "int64"),     # of which divides and square roots (lanes); -1: not counted
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
     ("branch_miss_frac", "float64"),
@@ -102,12 +103,35 @@ FUNCTIONS = TableSpec(name="functions", columns=(
     ("fp_256", "int64"),
     ("fp_512", "int64"),
     ("flop", "float64"),
+    ("fp_divsqrt", "int64"),
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
     ("branch_miss_frac", "float64"),
 ))
 
 MEMORY_TABLES = {t.name: t for t in (BURSTS, REUSE, FUNCTIONS)}
+
+#: columns added since the first version of memory.npz (signature schema_version 1), with the
+#: value they take in older files
+ADDED_COLUMNS_V2 = {"bursts": {"fp_divsqrt": -1}, "functions": {"fp_divsqrt": -1}}
+
+
+def memory_tables_v1() -> dict[str, TableSpec]:
+    """The table specs of a version-1 memory.npz (before ADDED_COLUMNS_V2)."""
+    return {name: TableSpec(name=name, columns=tuple(c for c in spec.columns
+                                                     if c[0] not in ADDED_COLUMNS_V2.get(name, {})))
+            for name, spec in MEMORY_TABLES.items()}
+
+
+def upgrade_v1(tables: dict) -> dict:
+    """Version-1 memory tables with the columns added since, at their 'not recorded' value."""
+    out = {}
+    for name, df in tables.items():
+        df = df.copy()
+        for col, value in ADDED_COLUMNS_V2.get(name, {}).items():
+            df[col] = value
+        out[name] = MEMORY_TABLES[name].coerce(df)
+    return out
 
 
 def check_tables(tables: dict) -> None:

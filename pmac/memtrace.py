@@ -267,7 +267,7 @@ def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
         dep = np.where(col["dep_n"] > 0, col["dep_sum"] / np.maximum(col["dep_n"], 1), np.nan)
         miss = np.where(col["branches"] > 0, col["branch_misses"] / np.maximum(col["branches"], 1), np.nan)
     out = {k: col[k] for k in ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar",
-                               "fp_128", "fp_256", "fp_512", "branches")}
+                               "fp_128", "fp_256", "fp_512", "fp_divsqrt", "branches")}
     out["flop"] = col["flop"].astype(np.float64)
     out["dep_distance_mean"] = dep
     out["branch_miss_frac"] = miss

@@ -16,13 +16,16 @@ from typing import Any
 import pandas as pd
 
 from .errors import InputError
-from .memsig import MEMORY_TABLES
+from .memsig import MEMORY_TABLES, memory_tables_v1, upgrade_v1
 from .schema import check_document, from_dict, read_yaml, register_kind, save_document, to_dict
 from .table import load_tables, save_tables
 from .trace import EVENT_TABLES, world_comm_table
 
 KIND = "pmac.signature"
-register_kind(KIND, 1, {1: "first version: header + events.npz (+ memory.npz)"})
+register_kind(KIND, 2, {1: "first version: header + events.npz (+ memory.npz)",
+                        2: "memory.npz: bursts and functions gain fp_divsqrt (divide and square-root "
+                           "operations); version-1 signatures load with -1 there (not counted)"},
+              migrations={1: lambda body: body})
 
 HEADER_FILE = "signature.yaml"
 EVENTS_FILE = "events.npz"
@@ -99,12 +102,16 @@ def load_signature(path: str | Path, *, with_memory: bool = True) -> Signature:
     yaml_path = folder / HEADER_FILE if path.is_dir() else path
     if not yaml_path.exists():
         raise InputError(f"no {HEADER_FILE} here: not a pmac signature", path=folder)
-    body = check_document(read_yaml(yaml_path), KIND, path=yaml_path)
+    raw = read_yaml(yaml_path)
+    body = check_document(raw, KIND, path=yaml_path)
     header = from_dict(SignatureHeader, body, path=yaml_path)
     tables = load_tables(folder / header.events_file, EVENT_TABLES, required=("events",))
     memory = {}
     if with_memory and header.memory_file:
-        memory = load_tables(folder / header.memory_file, MEMORY_TABLES)
+        if raw["schema_version"] == 1:
+            memory = upgrade_v1(load_tables(folder / header.memory_file, memory_tables_v1()))
+        else:
+            memory = load_tables(folder / header.memory_file, MEMORY_TABLES)
     sig = make_signature(header, tables["events"], requests=tables.get("requests"),
                          vcounts=tables.get("vcounts"), comms=tables.get("comms"), memory=memory)
     return dataclasses.replace(sig, path=str(folder))

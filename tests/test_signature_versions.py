@@ -1,0 +1,58 @@
+"""Signature schema versions: a version-1 signature (memory.npz without fp_divsqrt) loads with the
+column at -1 ('not counted'), saves as version 2, and prices its divides as flop."""
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pmac.convolve import burst_arrays
+from pmac.errors import SchemaVersionError
+from pmac.memsig import BURSTS, FUNCTIONS, memory_tables_v1
+from pmac.signature import load_signature, save_signature
+from pmac.table import save_tables
+from synth import memory_tables, pingpong_signature
+
+import dataclasses
+
+
+def _v1_copy(sig, folder: Path) -> Path:
+    """``sig`` written as a version-1 signature: memory.npz without the version-2 columns."""
+    save_signature(sig, folder)
+    v1 = memory_tables_v1()
+    save_tables(folder / "memory.npz", {k: v[list(v1[k].names)] for k, v in sig.memory.items()}, v1, compress=True)
+    y = folder / "signature.yaml"
+    y.write_text(y.read_text().replace("schema_version: 2", "schema_version: 1"))
+    return folder
+
+
+def test_version_1_memory_tables_load_with_divides_not_counted(tmp_path):
+    mem = memory_tables([dict(rank=0, seq=1, loads=10, load_bytes=80, fp_scalar=5, flop=5.0, fp_divsqrt=2),
+                         dict(rank=1, seq=1, loads=10, load_bytes=80)],
+                        [dict(rank=0, seq=1, access=0, counts={0: 10}), dict(rank=1, seq=1, access=0, counts={0: 10})])
+    sig = dataclasses.replace(pingpong_signature(n_iter=1), memory=mem)
+    folder = _v1_copy(sig, tmp_path / "v1")
+    old = load_signature(folder)
+    b = old.memory["bursts"]
+    assert list(b.columns) == list(BURSTS.names) and (b["fp_divsqrt"] == -1).all()
+    assert (b["loads"] == 10).all() and burst_arrays(old.memory).divsqrt is None
+    # saved again it is a version-2 signature that keeps 'not counted'
+    save_signature(old, tmp_path / "v2")
+    assert "schema_version: 2" in (tmp_path / "v2" / "signature.yaml").read_text()
+    again = load_signature(tmp_path / "v2")
+    assert (again.memory["bursts"]["fp_divsqrt"] == -1).all()
+    # a version-2 signature with counts keeps them, and the convolver sees them
+    save_signature(sig, tmp_path / "new")
+    new = load_signature(tmp_path / "new")
+    assert new.memory["bursts"]["fp_divsqrt"].tolist() == [2, 0]
+    np.testing.assert_array_equal(burst_arrays(new.memory).divsqrt, [2.0, 0.0])
+    assert "fp_divsqrt" in FUNCTIONS.names
+
+
+def test_unknown_signature_version_is_refused_by_name(tmp_path):
+    save_signature(pingpong_signature(), tmp_path / "s")
+    y = tmp_path / "s" / "signature.yaml"
+    y.write_text(y.read_text().replace("schema_version: 2", "schema_version: 7"))
+    with pytest.raises(SchemaVersionError, match=r"signature\.yaml.*schema_version 7 is newer"):
+        load_signature(tmp_path / "s")
