@@ -133,6 +133,7 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     details = {
         "memory_probe": {**p.to_dict(), "all_cores": "numba prange threads, one per core, each on its own slice"},
         "transparent_hugepage": pm.thp_setting(),
+        "buffer_align_bytes": pm.BUFFER_ALIGN_BYTES,
         "isa": isa,
         "os_caches": {"source": src, "levels": [dataclasses.asdict(c) for c in oc]},
         "fit_notes": list(fit.notes),

@@ -7,6 +7,9 @@
  *          no threads are used. flop_scalar carries optimize("no-tree-vectorize",
  *          "fp-contract=off"), and
  *          store/copy an empty asm memory barrier per sweep: see there.)
+ *         or, as bench/probes/run uses it, a shared library whose exported pmac_c_* functions
+ *         run the kernels on the caller's buffers (the probe's own numpy arrays):
+ *         gcc -O3 -march=native -fopenmp-simd -shared -fPIC -o memory_c.so memory.c -lm
  * Usage:  memory_c KIND WORKING_SET_BYTES SWEEPS REPS
  *         KIND = load_unit | load_random | store | copy | flop_scalar | flop_simd | divsqrt
  * Prints one line per repetition: seconds for SWEEPS sweeps.
@@ -108,6 +111,17 @@ __attribute__((noinline, optimize("no-tree-vectorize"))) static double divsqrt(c
         for (size_t i = 0; i < n; i++) { double v = x[i]; s += 1.0 / (v * __builtin_sqrt(v)); }
     return s;
 }
+
+/* Exported entry points for ctypes (the same kernels, on the caller's buffers). */
+double pmac_c_load_unit(const double *a, size_t n, long sweeps) { return load_unit(a, n, sweeps); }
+double pmac_c_load_random(const double *a, const int32_t *idx, size_t n, long sweeps) {
+    return load_random(a, idx, n, sweeps);
+}
+double pmac_c_store(double *a, size_t n, long sweeps) { return store(a, n, sweeps); }
+double pmac_c_copy(const double *a, double *b, size_t n, long sweeps) { return copy(a, b, n, sweeps); }
+double pmac_c_flop_scalar(const double *x, size_t n, long reps) { return flop_scalar(x, n, reps, 0.999, 1e-4); }
+double pmac_c_flop_simd(const double *x, size_t n, long reps) { return flop_simd(x, n, reps, 0.999, 1e-4); }
+double pmac_c_divsqrt(const double *x, size_t n, long reps) { return divsqrt(x, n, reps); }
 
 int main(int argc, char **argv) {
     if (argc != 5) {
