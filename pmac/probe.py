@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .errors import InputError, ProbeError, ToolMissingError
+from .errors import InputError, PmacError, ProbeError, ToolMissingError
 from .fit import curves_from_raw, fit_node, latency_from_raw, os_caches
 from .profile import RAW_TABLES, ComputeModel, MachineProfile, NodeModel, save_profile
 from .schema import provenance, sha256_file
@@ -37,7 +37,7 @@ from .table import save_tables
 Progress = Callable[[float, str], None]
 
 #: share of the progress bar per phase
-_PHASES = {"memory": (0.0, 0.62), "compute": (0.62, 0.70), "network": (0.70, 1.0)}
+_PHASES = {"memory": (0.0, 0.62), "compute": (0.62, 0.68), "overlap": (0.68, 0.72), "network": (0.72, 1.0)}
 
 
 def cpu_model() -> str:
@@ -130,6 +130,17 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         warnings.append("no cache information from the OS (sysfs, lscpu): cache geometry from the measured plateaus only")
     node = NodeModel(cpu_model=cpu_model(), n_cores=n_cores, caches=fit.caches, memory=fit.memory,
                      compute=comp, bandwidth_curves=tuple(curves), latency_curve=latency)
+    # the overlap probe: one working set per level, memory- to compute-bound (pmac.overlap)
+    rows = []
+    sizes = pm.overlap_working_sets([c.size_bytes for c in fit.caches])
+    todo = [(ws, r) for ws in sizes for r in pm.OVERLAP_CHAINS]
+    ov_progress = _sub(progress, "overlap")
+    for i, (ws, r) in enumerate(todo):
+        ov_progress(i / len(todo), f"overlap {ws // 1024} KiB, {r} chains")
+        n, reps = pm.measure_overlap(ws, r, p)
+        rows += [dict(working_set_bytes=ws, chains=r, n_elements=n, rep=j, time_s=t) for j, t in enumerate(reps)]
+    raw["overlap"] = RAW_TABLES["overlap"].coerce(pd.DataFrame(rows))
+    t3 = time.monotonic()
     details = {
         "memory_probe": {**p.to_dict(), "all_cores": "numba prange threads, one per core, each on its own slice"},
         "transparent_hugepage": pm.thp_setting(),
@@ -137,7 +148,8 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         "isa": isa,
         "os_caches": {"source": src, "levels": [dataclasses.asdict(c) for c in oc]},
         "fit_notes": list(fit.notes),
-        "phase_duration_s": {"memory": round(t1 - t0, 1), "compute": round(t2 - t1, 1)},
+        "phase_duration_s": {"memory": round(t1 - t0, 1), "compute": round(t2 - t1, 1),
+                             "overlap": round(t3 - t2, 1)},
     }
     return node, raw, warnings, details
 
@@ -231,13 +243,20 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
             mpi_lib = find_mpi().version_text
         except ToolMissingError:
             mpi_lib = "none found"
+    # the overlap model from the overlap probe's points, priced with this node's plateaus
+    from .overlap import calibrate, samples_from_probe
+    overlap = None
+    try:
+        overlap = calibrate(samples_from_probe(MachineProfile(name=name, node=node), raw["overlap"]))
+    except PmacError as exc:
+        warnings.append(f"overlap model not calibrated: {exc}")
     import numba
     prov = provenance(command=command, parameters={"quick": quick, "memory": details.pop("memory_probe")},
                       cpu_model=node.cpu_model, n_cores=node.n_cores, mpi_library=mpi_lib,
                       numba_version=numba.__version__, duration_s=round(time.monotonic() - t0, 1),
                       warnings=warnings, **details)
     profile = MachineProfile(name=name, description=f"probed on {prov['host']} ({node.cpu_model})",
-                             node=node, network=net_model, n_nodes=1, provenance=prov)
+                             node=node, network=net_model, n_nodes=1, provenance=prov, overlap=overlap)
     if progress:
         progress(1.0, "writing")
     return _write_pair(profile, raw, yaml_path)

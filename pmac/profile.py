@@ -22,7 +22,7 @@ import numpy as np
 from .errors import InputError, MissingSectionError
 from .schema import (check_document, from_dict, read_yaml, register_kind, save_document,
                      sha256_file, to_dict)
-from .table import TableSpec
+from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 register_kind(KIND, 2, {1: "first version: node (caches, memory, compute, curves), network "
@@ -344,6 +344,10 @@ RAW_TABLES = {
         ("rep", "int32"), ("time_s", "float64"))),
     "compute": TableSpec(name="compute", columns=(
         ("probe", "U24"), ("param", "float64"), ("rep", "int32"), ("value", "float64"))),
+    # the overlap probe (probes/memory.py measure_overlap): seconds per sweep of a[i] = f_chains(b[i])
+    "overlap": TableSpec(name="overlap", columns=(
+        ("working_set_bytes", "int64"), ("chains", "int32"), ("n_elements", "int64"), ("rep", "int32"),
+        ("time_s", "float64"))),
 }
 
 
@@ -365,6 +369,16 @@ def raw_path(profile: MachineProfile, yaml_path: str | Path) -> Path | None:
     if profile.raw_file is None:
         return None
     return Path(yaml_path).parent / profile.raw_file
+
+
+def load_raw(profile: MachineProfile, yaml_path: str | Path) -> dict:
+    """The raw probe tables of a profile (its sidecar, checked against the recorded sha256), as
+    DataFrames by table name; empty when the profile has none (imported or combined profiles)."""
+    p = raw_path(profile, yaml_path)
+    if p is None:
+        return {}
+    verify_raw(profile, yaml_path)
+    return load_tables(p, RAW_TABLES)
 
 
 def verify_raw(profile: MachineProfile, yaml_path: str | Path) -> None:

@@ -161,6 +161,80 @@ def _compile_plain() -> None:
     _PLAIN_COMPILED.append(True)
 
 
+# ------------------------------------------------------------------ overlap probe
+# a[i] = f_r(b[i]) over a working set in one level, f_r the sum of r independent chains of 8
+# dependent multiply-adds (the flop_simd probe's element), each with its own constants read at
+# run time (with shared constants fastmath lets LLVM fold the chains into one): 16 r + (r - 1)
+# flop per element (r = 0: a plain copy). Vectorised across elements (fastmath). Small r: the
+# sweep is memory-bound; large r: compute-bound; in between both matter, and how much they
+# overlap is the machine's overlap parameter (pmac.overlap.samples_from_probe).
+
+OVERLAP_CHAINS = (0, 1, 2, 4, 8, 16)
+_MIXED: dict = {}
+
+
+def overlap_flop_per_element(r: int) -> int:
+    return 16 * r + (r - 1) if r > 0 else 0
+
+
+def mixed_kernel(r: int):
+    """The overlap kernel with r chains per element (compiled once per process)."""
+    if r not in _MIXED:
+        lines = ["            v = b[i]"]
+        if r == 0:
+            lines.append("            a[i] = v")
+        else:
+            lines += [f"            x{j} = v" for j in range(r)]
+            for _ in range(8):
+                lines += [f"            x{j} = x{j} * c{j} + e{j}" for j in range(r)]
+            lines.append("            a[i] = " + " + ".join(f"x{j}" for j in range(r)))
+        consts = "".join(f"    c{j} = cs[{j}]\n    e{j} = es[{j}]\n" for j in range(r))
+        src = (f"def mixed{r}(a, b, sweeps, cs, es):\n{consts}    for _ in range(sweeps):\n"
+               f"        for i in range(a.size):\n" + "\n".join(lines) + "\n    return a[0]\n")
+        ns: dict = {}
+        exec(compile(src, f"<mixed{r}>", "exec"), ns)
+        _MIXED[r] = njit(cache=False, fastmath=True)(ns[f"mixed{r}"])
+    return _MIXED[r]
+
+
+def measure_overlap(ws_bytes: int, r: int, p: "Params") -> tuple[int, list[float]]:
+    """(elements, seconds per sweep of each repetition) of the overlap kernel with r chains:
+    arrays a and b of ws_bytes in all, one core, the probe's stop rule on the repetitions."""
+    n = max(ws_bytes // 16, 8)
+    a, b = aligned_full(n, 0.0), aligned_full(n, 1.0)
+    fn = mixed_kernel(r)
+    cs = 0.999 - 1e-4 * np.arange(max(r, 1))
+    es = 1e-4 * (1.0 + np.arange(max(r, 1)))
+    fn(a, b, 1, cs, es)
+    sweeps = 1
+    while True:
+        t0 = time.perf_counter()
+        fn(a, b, sweeps, cs, es)
+        dt = time.perf_counter() - t0
+        if dt >= p.rep_s or sweeps >= 1 << 30:
+            break
+        sweeps *= 2
+    reps: list[float] = []
+    while len(reps) < p.max_reps:
+        t0 = time.perf_counter()
+        fn(a, b, sweeps, cs, es)
+        reps.append((time.perf_counter() - t0) / sweeps)
+        if len(reps) >= max(p.min_reps, p.window):
+            w = np.asarray(ending_reps(reps, p.window, p.stop_rule, larger_is_better=False))
+            if (w.max() - w.min()) / np.median(w) < p.threshold:
+                break
+    return n, reps
+
+
+def overlap_working_sets(cache_sizes: list[int]) -> list[int]:
+    """One working set inside each cache level (half of each private level, a quarter of the
+    last) and one in memory (4x the last level)."""
+    if not cache_sizes:
+        return [16 << 10, 128 << 20]
+    out = [s // 2 for s in cache_sizes[:-1]] + [cache_sizes[-1] // 4, 4 * cache_sizes[-1]]
+    return out
+
+
 # ------------------------------------------------------------------ pointer chase
 
 @njit(cache=True)

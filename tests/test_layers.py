@@ -10,10 +10,10 @@ LAYERS = [
     {"__init__", "units", "errors"},
     {"schema", "table", "mpi"},
     {"profile", "trace", "memsig"},
-    {"signature", "fit", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace", "probe",
+    {"signature", "fit", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace",
      "shim", "vgtool", "rawtrace"},
     {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand"},
-    {"predict"},
+    {"predict", "probe"},  # probe: measures, fits, and calibrates the overlap with pmac.overlap
     {"sweep", "scaling", "cluster", "validate", "emulated"},
     {"report"},
     {"cli", "__main__"},

@@ -52,8 +52,11 @@ def test_samples_join_measured_bursts():
               for r in (0, 1) for s in range(1, 8)]
     hists = [dict(rank=r, seq=s, access=0, counts={-1: 1000}) for r in (0, 1) for s in range(1, 8)]
     sig = pingpong_signature(n_iter=3, burst_s=2e-3, memory=memory_tables(bursts, hists))
+    every = samples_from_signature(sig, two_level_profile(), steady=False)
+    assert len(every) == 14 and np.all(every["measured_s"] == 2e-3)
+    # steady state: per rank not the bursts before seq 0 (INIT) and 1 (set-up), nor before FINALIZE (7)
     df = samples_from_signature(sig, two_level_profile())
-    assert len(df) == 14 and np.all(df["measured_s"] == 2e-3)
+    assert sorted(set(df["seq"])) == [2, 3, 4, 5, 6] and len(df) == 10
     assert df["memory_s"].iloc[0] == pytest.approx(64000 / 10e9) and df["compute_s"].iloc[0] == pytest.approx(1e-6)
 
 
@@ -67,3 +70,34 @@ def test_error_table_numbers():
     assert t.loc["all", "max_abs_error_pct"] == pytest.approx(20.0)
     with pytest.raises(InputError, match="measured_s"):
         error_table(pd.DataFrame(dict(predicted_s=[1.0])))
+
+
+def test_overlap_probe_samples_by_hand():
+    """samples_from_probe prices each (working set, chains) point as the convolver prices a
+    unit-stride sweep of the level it fits in plus its flop at the SIMD rate; measured times made
+    as max + b * min give back beta = b."""
+    from pmac.convolve import machine_coeffs
+    from pmac.overlap import samples_from_probe
+
+    prof = two_level_profile()
+    mc = machine_coeffs(prof, active_cores=1, beta=0.0)
+    l1_bytes = int(mc.capacity_lines[0] * mc.level_line_bytes[0])
+    rows, n = [], 1000
+    for ws in (l1_bytes // 2, 64 * l1_bytes):          # inside L1, and beyond every cache
+        for r in (0, 2, 8):
+            level = 0 if ws <= l1_bytes else (1 if ws <= mc.capacity_lines[1] * 64 else 2)
+            m = 8 * n / mc.load_bandwidth_bytes_per_s[level] + 8 * n / mc.store_bandwidth_bytes_per_s[level]
+            c = (16 * r + r - 1 if r else 0) * n / mc.flop_per_s_simd
+            for rep, noise in enumerate((1.0, 1.0, 1.5, 1.0, 1.0, 1.0)):   # the slow one is ignored
+                rows.append(dict(working_set_bytes=ws, chains=r, n_elements=n, rep=rep,
+                                 time_s=(max(m, c) + 0.3 * min(m, c)) * noise))
+    raw = pd.DataFrame(rows)
+    s = samples_from_probe(prof, raw)
+    assert len(s) == 6 and s["app"].is_unique
+    first = s[s["app"] == f"probe:{l1_bytes // 2}B:2chains"].iloc[0]
+    assert first["memory_s"] == pytest.approx(8 * n / mc.load_bandwidth_bytes_per_s[0] + 8 * n / mc.store_bandwidth_bytes_per_s[0])
+    assert first["compute_s"] == pytest.approx(33 * n / mc.flop_per_s_simd)
+    beta, rms = fit_beta(s)
+    assert beta == pytest.approx(0.3, rel=1e-9) and rms == pytest.approx(0.0, abs=1e-9)
+    with pytest.raises(InputError, match="no overlap-probe repetitions"):
+        samples_from_probe(prof, raw.iloc[:0])

@@ -111,6 +111,12 @@ def test_profile_written_and_reloaded(probed):
     assert back.node.caches[0].bandwidth_1core_bytes_per_s["load_unit"] > \
         back.node.memory.bandwidth_1core_bytes_per_s["load_unit"]
     assert back.node.compute.flop_per_s_simd > 0 and back.node.compute.divsqrt_per_s > 0
+    # the overlap model comes from the overlap probe's points, kept in the raw sidecar
+    from pmac.profile import load_raw
+    ov = load_raw(back, path)["overlap"]
+    assert set(ov["chains"]) == {0, 1, 2, 4, 8, 16} and (ov["time_s"] > 0).all()
+    assert back.overlap.kind == "max_beta_min" and 0.0 <= back.overlap.params["beta"] <= 1.0
+    assert back.overlap.calibrated_on and all(a.startswith("probe:") for a in back.overlap.calibrated_on)
     assert back.network is None and "network.intra_node" in back.missing()
     prov = back.provenance
     for key in ("cpu_model", "n_cores", "mpi_library", "numba_version", "transparent_hugepage", "isa",
@@ -173,3 +179,6 @@ def test_single_core_machine_skips_network_with_a_note(monkeypatch, tmp_path):
     assert comp.flop_per_s_simd == 4e9 and comp.simd_width_bits == 512
     assert comp.dependency_distance == (1.0, 8.0) and comp.branch_cost_s == (1e-9, 4e-9)
     assert comp.branch_miss_frac == (0.0, 0.5)
+    # its memory range (64 KiB..4 MiB) has no L1 point: the overlap kernels cannot be priced
+    assert prof.overlap is None and any(x.startswith("overlap model not calibrated: machine 'one' has no "
+                                                     "'node.caches[L1].bandwidth_1core_bytes_per_s") for x in w)
