@@ -74,13 +74,22 @@ def _sub(progress: Progress | None, phase: str) -> Progress:
     return cb
 
 
+#: compute values: the median of this many best repetitions of a point (over all rounds)
+COMPUTE_BEST = 5
+
+
 def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
-    """ComputeModel from the raw ``compute`` table (medians of the repetitions)."""
+    """ComputeModel from the raw ``compute`` table: per point the median of its COMPUTE_BEST best
+    repetitions over all rounds (highest rates, lowest branch costs: a neighbour on a shared core
+    only ever makes a repetition worse), as the memory probe's stop rule does."""
     def med(probe):
         g = rows[rows["probe"] == probe]
         if g.empty:
             raise ProbeError(f"compute probe '{probe}' produced no values")
-        return g.groupby("param", sort=True)["value"].median()
+        cost = probe == "branch"
+        return g.groupby("param", sort=True)["value"].agg(
+            lambda v: float(np.median(np.sort(v.to_numpy())[:COMPUTE_BEST] if cost
+                                      else np.sort(v.to_numpy())[::-1][:COMPUTE_BEST])))
 
     sc, sv = med("flop_scalar"), med("flop_simd")
     dep, br, miss = med("dependency"), med("branch"), med("branch_miss")
