@@ -13,7 +13,8 @@ What comes before the Barrier (Python imports and numba loading in cg_mpi4py, ar
 start-up, not part of ``wall_s``.
 
 Each application has two input sizes whose per-rank working sets (at 2 ranks) sit in different
-cache levels of the development machine (32 KiB L1d, 1 MiB L2 per core, 32 MiB shared L3):
+cache levels of the development machine (AMD EPYC Zen 3: 32 KiB L1d, 512 KiB L2 per core,
+32 MiB shared L3; stream_mpi-n2-20000 fills 92 % of L2):
 
 ======================  ==========================  =====================  ====================
 case                    character                   working set per rank   level
