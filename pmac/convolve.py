@@ -52,6 +52,14 @@ divider's rate (``divsqrt_per_s``, probes/compute.py) the flop time is
 (one divide and one square root per interaction) runs at the divider's rate, 1.6x slower than
 its flop count at the probed flop rate says. Vector divides are priced at the scalar rate (no
 packed-divide rate is probed: numba and gcc without ``-ffast-math`` keep these divides scalar).
+**Loop-carried chains.** A burst's ``fp_recurrence`` (pmac_vg: FP operations on dependency
+chains carried from one loop iteration to the next, e.g. the add of ``s += a[i] * b[i]``
+compiled without reassociation) cannot overlap with each other on any core: the flop time is
+at least ``fp_recurrence * t_chain_op``, where ``t_chain_op = 1 / dependency_flop_per_s`` at the
+dependency probe's shortest distance (one chain of dependent multiplies and adds). So
+``t_flop = max(t_flop, fp_recurrence * t_chain_op)``. Why: cg_mpi4py's dot products (numba, no
+fastmath) are such chains, and ran 2x slower than the flop count at the throughput rate says.
+Signatures before version 3 (-1, not counted) and profiles without the dependency probe skip it.
 ``t_compute = t_flop + t_branch``.
 
 **Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
@@ -126,11 +134,14 @@ class BurstArrays:
     n_borrowed_hist: int = 0
     #: divide and square-root operations (part of the flop); None: not recorded (priced as flop)
     divsqrt: np.ndarray | None = None
+    #: FP operations on loop-carried dependency chains; None: not recorded
+    recurrence: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.rank)
         for name in ("seq", "load_bytes", "store_bytes", "loads", "stores", "flop_scalar", "flop_simd", "branches",
-                     "dep_distance_mean", "branch_miss_frac") + (("divsqrt",) if self.divsqrt is not None else ()):
+                     "dep_distance_mean", "branch_miss_frac") + (("divsqrt",) if self.divsqrt is not None else ()) + (
+                         ("recurrence",) if self.recurrence is not None else ()):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"BurstArrays.{name} has {len(getattr(self, name))} entries, expected {n}")
         if self.cum.ndim != 4 or self.cum.shape[:3] != (len(self.line_bytes), 2, n):
@@ -218,12 +229,15 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     divsqrt = None   # not counted (signatures before version 2 hold -1): divides priced as flop
     if "fp_divsqrt" in bursts.columns and (bursts["fp_divsqrt"].to_numpy() >= 0).all():
         divsqrt = bursts["fp_divsqrt"].to_numpy(np.float64)
+    recurrence = None  # not counted before signature version 3
+    if "fp_recurrence" in bursts.columns and (bursts["fp_recurrence"].to_numpy() >= 0).all():
+        recurrence = bursts["fp_recurrence"].to_numpy(np.float64)
     return BurstArrays(
         rank=bursts["rank"].to_numpy(np.int32), seq=bursts["seq"].to_numpy(np.int64),
         load_bytes=lb, store_bytes=sb, loads=loads, stores=stores,
         flop_scalar=flop_s, flop_simd=flop_v, branches=bursts["branches"].to_numpy(np.float64),
         dep_distance_mean=dep, branch_miss_frac=bmiss, line_bytes=line_sizes, cum=cum,
-        n_borrowed_hist=int(borrowed.sum()), divsqrt=divsqrt)
+        n_borrowed_hist=int(borrowed.sum()), divsqrt=divsqrt, recurrence=recurrence)
 
 
 # ---------------------------------------------------------------- machines
@@ -247,6 +261,8 @@ class MachineCoeffs:
     branch_cost_s: tuple[float, ...] = ()
     #: divide/square-root operations per second; None: divides priced as flop
     divsqrt_per_s: float | None = None
+    #: seconds per FP operation of one dependent chain; None: chains not priced
+    chain_op_s: float | None = None
     beta: float = DEFAULT_BETA
     active_cores: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -330,6 +346,11 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         x = np.asarray(comp.dependency_distance, dtype=np.float64)[order]
         y = np.asarray(comp.dependency_flop_per_s, dtype=np.float64)[order]
         dep_x, dep_y = tuple(x), tuple(y.max() / y)
+    chain = None
+    if comp.dependency_distance and comp.dependency_flop_per_s:
+        k = int(np.argmin(comp.dependency_distance))
+        if comp.dependency_flop_per_s[k] > 0:
+            chain = 1.0 / float(comp.dependency_flop_per_s[k])
     br_x, br_y = (), ()
     if comp.branch_miss_frac:
         order = np.argsort(comp.branch_miss_frac)
@@ -347,7 +368,8 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         load_bandwidth_bytes_per_s=tuple(bl), store_bandwidth_bytes_per_s=tuple(bs),
         flop_per_s_scalar=comp.flop_per_s_scalar, flop_per_s_simd=comp.flop_per_s_simd,
         dep_distance=dep_x, dep_slowdown_ratio=dep_y, branch_miss_frac=br_x, branch_cost_s=br_y,
-        divsqrt_per_s=comp.divsqrt_per_s, beta=float(beta), active_cores=active, notes=tuple(notes))
+        divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, beta=float(beta), active_cores=active,
+        notes=tuple(notes))
 
 
 # ---------------------------------------------------------------- the kernel
@@ -367,8 +389,8 @@ def _segment_curve(out, x, y0, xs, iw, dy, p):
 
 
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
-def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, branches, dep, bmiss,
-            cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv,
+def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, recur, branches, dep, bmiss,
+            cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, t_ch,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail):
     """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
@@ -420,6 +442,7 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
         fsb = flop_s[b0:b1]
         fvb = flop_v[b0:b1]
         dsq = divsqrt[b0:b1]
+        rec = recur[b0:b1]
         tf = np.empty(m)
         brb = branches[b0:b1]
         x_dep = dep[b0:b1]
@@ -490,6 +513,11 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
             else:
                 for j in range(m):
                     tf[j] = fsb[j] * ifs + fvb[j] * ifv
+            tch = t_ch[p]
+            if tch > 0.0:
+                # loop-carried chains: no core overlaps their operations
+                for j in range(m):
+                    tf[j] = max(tf[j], rec[j] * tch)
             for j in range(m):
                 sl = slow[j] if x_dep[j] > 0.0 else 1.0
                 tc = tf[j] * sl + brb[j] * cost[j]
@@ -540,7 +568,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
     n_r = max([len(m.branch_miss_frac) - 1 for m in machines] + [0])
     points: dict[tuple[int, int, float], int] = {(0, 0, 0.0): 0}
     a = dict(lev_k=np.zeros((n_l, n_p), np.int64), line_b=np.zeros((n_l + 1, n_p)), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
-             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), inv_dv=np.zeros(n_p),
+             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), inv_dv=np.zeros(n_p), t_ch=np.zeros(n_p),
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
              br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
              beta=np.zeros(n_p))
@@ -565,6 +593,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
         a["inv_fs"][p] = 1.0 / m.flop_per_s_scalar
         a["inv_fv"][p] = 1.0 / m.flop_per_s_simd
         a["inv_dv"][p] = 1.0 / m.divsqrt_per_s if m.divsqrt_per_s else 0.0
+        a["t_ch"][p] = m.chain_op_s if m.chain_op_s else 0.0
         a["dep_y0"][p], a["dep_x"][:, p], a["dep_iw"][:, p], a["dep_dy"][:, p] = _segments(
             m.dep_distance, m.dep_slowdown_ratio, 1.0, n_d)
         a["br_y0"][p], a["br_x"][:, p], a["br_iw"][:, p], a["br_dy"][:, p] = _segments(
@@ -609,11 +638,12 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
     out_m = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
     out_c = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
     divsqrt = bursts.divsqrt if bursts.divsqrt is not None else np.zeros(n_b)
+    recur = bursts.recurrence if bursts.recurrence is not None else np.zeros(n_b)
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
-            bursts.flop_scalar, bursts.flop_simd, divsqrt,
+            bursts.flop_scalar, bursts.flop_simd, divsqrt, recur,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
             a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["line_b"], a["inv_bl"], a["inv_bs"],
-            a["inv_fs"], a["inv_fv"], a["inv_dv"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
+            a["inv_fs"], a["inv_fv"], a["inv_dv"], a["t_ch"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail)
     return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t,

@@ -73,6 +73,7 @@ BURSTS = TableSpec(name="bursts", columns=(
     ("fp_512", "int64"),
     ("flop", "float64"),         # floating-point operations (lanes x instructions)
     ("fp_divsqrt", "int64"),     # of which divides and square roots (lanes); -1: not counted
+    ("fp_recurrence", "int64"),  # FP operations on loop-carried dependency chains; -1: not counted
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
     ("branch_miss_frac", "float64"),
@@ -104,6 +105,7 @@ FUNCTIONS = TableSpec(name="functions", columns=(
     ("fp_512", "int64"),
     ("flop", "float64"),
     ("fp_divsqrt", "int64"),
+    ("fp_recurrence", "int64"),
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
     ("branch_miss_frac", "float64"),
@@ -111,27 +113,51 @@ FUNCTIONS = TableSpec(name="functions", columns=(
 
 MEMORY_TABLES = {t.name: t for t in (BURSTS, REUSE, FUNCTIONS)}
 
-#: columns added since the first version of memory.npz (signature schema_version 1), with the
-#: value they take in older files
-ADDED_COLUMNS_V2 = {"bursts": {"fp_divsqrt": -1}, "functions": {"fp_divsqrt": -1}}
+#: columns added to memory.npz by signature schema version, with the value they take in files
+#: of older versions (-1: not counted)
+ADDED_COLUMNS = {
+    2: {"bursts": {"fp_divsqrt": -1}, "functions": {"fp_divsqrt": -1}},
+    3: {"bursts": {"fp_recurrence": -1}, "functions": {"fp_recurrence": -1}},
+}
+#: the version-2 additions alone (kept for callers of the first migration)
+ADDED_COLUMNS_V2 = ADDED_COLUMNS[2]
 
 
-def memory_tables_v1() -> dict[str, TableSpec]:
-    """The table specs of a version-1 memory.npz (before ADDED_COLUMNS_V2)."""
+def _added_after(version: int, table: str) -> dict:
+    out: dict = {}
+    for v, cols in ADDED_COLUMNS.items():
+        if v > version:
+            out.update(cols.get(table, {}))
+    return out
+
+
+def memory_tables_of_version(version: int) -> dict[str, TableSpec]:
+    """The table specs of the memory.npz of a signature of schema ``version``."""
     return {name: TableSpec(name=name, columns=tuple(c for c in spec.columns
-                                                     if c[0] not in ADDED_COLUMNS_V2.get(name, {})))
+                                                     if c[0] not in _added_after(version, name)))
             for name, spec in MEMORY_TABLES.items()}
 
 
-def upgrade_v1(tables: dict) -> dict:
-    """Version-1 memory tables with the columns added since, at their 'not recorded' value."""
+def memory_tables_v1() -> dict[str, TableSpec]:
+    """The table specs of a version-1 memory.npz."""
+    return memory_tables_of_version(1)
+
+
+def upgrade(tables: dict, version: int) -> dict:
+    """Memory tables of schema ``version`` with the columns added since, at their 'not
+    counted' value."""
     out = {}
     for name, df in tables.items():
         df = df.copy()
-        for col, value in ADDED_COLUMNS_V2.get(name, {}).items():
+        for col, value in _added_after(version, name).items():
             df[col] = value
         out[name] = MEMORY_TABLES[name].coerce(df)
     return out
+
+
+def upgrade_v1(tables: dict) -> dict:
+    """Version-1 memory tables with the columns added since."""
+    return upgrade(tables, 1)
 
 
 def check_tables(tables: dict) -> None:

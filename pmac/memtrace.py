@@ -45,10 +45,11 @@ from .vgtool_build import build_tool, valgrind_command
 
 #: counters of the tool, in file order (pmac_vg.c enum C_*)
 COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256",
-            "fp_512", "flop", "fp_divsqrt", "branches", "branch_misses", "dep_sum", "dep_n", "sampled")
+            "fp_512", "flop", "fp_divsqrt", "branches", "branch_misses", "dep_sum", "dep_n", "fp_recurrence",
+            "sampled")
 #: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations);
 #: the files live only while a trace runs, so older ones are refused, not migrated
-TOOL_FILE_VERSION = 2
+TOOL_FILE_VERSION = 3
 NC = len(COUNTERS)
 _HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("n_counters", "<u4"), ("hash_bits", "<u4"),
                     ("threshold", "<u4"), ("pid", "<i4"), ("flags", "<u4"), ("n_bursts", "<i8"),
@@ -267,7 +268,7 @@ def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
         dep = np.where(col["dep_n"] > 0, col["dep_sum"] / np.maximum(col["dep_n"], 1), np.nan)
         miss = np.where(col["branches"] > 0, col["branch_misses"] / np.maximum(col["branches"], 1), np.nan)
     out = {k: col[k] for k in ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar",
-                               "fp_128", "fp_256", "fp_512", "fp_divsqrt", "branches")}
+                               "fp_128", "fp_256", "fp_512", "fp_divsqrt", "fp_recurrence", "branches")}
     out["flop"] = col["flop"].astype(np.float64)
     out["dep_distance_mean"] = dep
     out["branch_miss_frac"] = miss

@@ -16,16 +16,18 @@ from typing import Any
 import pandas as pd
 
 from .errors import InputError
-from .memsig import MEMORY_TABLES, memory_tables_v1, upgrade_v1
+from .memsig import MEMORY_TABLES, memory_tables_of_version, upgrade
 from .schema import check_document, from_dict, read_yaml, register_kind, save_document, to_dict
 from .table import load_tables, save_tables
 from .trace import EVENT_TABLES, world_comm_table
 
 KIND = "pmac.signature"
-register_kind(KIND, 2, {1: "first version: header + events.npz (+ memory.npz)",
+register_kind(KIND, 3, {1: "first version: header + events.npz (+ memory.npz)",
                         2: "memory.npz: bursts and functions gain fp_divsqrt (divide and square-root "
-                           "operations); version-1 signatures load with -1 there (not counted)"},
-              migrations={1: lambda body: body})
+                           "operations); version-1 signatures load with -1 there (not counted)",
+                        3: "memory.npz: bursts and functions gain fp_recurrence (FP operations on "
+                           "loop-carried dependency chains); older signatures load with -1 (not counted)"},
+              migrations={1: lambda body: body, 2: lambda body: body})
 
 HEADER_FILE = "signature.yaml"
 EVENTS_FILE = "events.npz"
@@ -108,8 +110,9 @@ def load_signature(path: str | Path, *, with_memory: bool = True) -> Signature:
     tables = load_tables(folder / header.events_file, EVENT_TABLES, required=("events",))
     memory = {}
     if with_memory and header.memory_file:
-        if raw["schema_version"] == 1:
-            memory = upgrade_v1(load_tables(folder / header.memory_file, memory_tables_v1()))
+        version = int(raw["schema_version"])
+        if version < 3:
+            memory = upgrade(load_tables(folder / header.memory_file, memory_tables_of_version(version)), version)
         else:
             memory = load_tables(folder / header.memory_file, MEMORY_TABLES)
     sig = make_signature(header, tables["events"], requests=tables.get("requests"),

@@ -213,3 +213,26 @@ def test_divides_run_on_the_divider_beside_the_other_flop():
     assert c[0] == pytest.approx(2000 / rs, rel=1e-12) and c[1] == pytest.approx(800 / rs, rel=1e-12)
     # a signature without divide counts: priced as before whatever the machine's divider
     assert convolve(base, [slow_div]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)
+
+
+def test_loop_carried_chains_bound_the_flop_time():
+    """t_flop = max(t_flop, fp_recurrence * t_chain_op), t_chain_op = 1 / the dependency probe's
+    rate at its shortest distance; not counted (-1, older signatures) changes nothing."""
+    m = machine_coeffs(two_level_profile())
+    comp = two_level_profile().node.compute
+    t_op = 1.0 / comp.dependency_flop_per_s[int(np.argmin(comp.dependency_distance))]
+    assert m.chain_op_s == pytest.approx(t_op, rel=1e-15)
+    rs = m.flop_per_s_scalar
+    # 1000 scalar flop, of which 600 on a chain: chain-bound when 600 * t_op > 1000 / rs
+    chained = one_burst({10: 100}, load_bytes=800, fp_scalar=1000, flop=1000.0, fp_recurrence=600)
+    assert chained.recurrence.tolist() == [600.0]
+    assert convolve(chained, [m]).compute_s[0, 0] == pytest.approx(max(1000 / rs, 600 * t_op), rel=1e-12)
+    assert 600 * t_op > 1000 / rs     # the case tests the chain term, not the throughput one
+    short = one_burst({10: 100}, load_bytes=800, fp_scalar=1000, flop=1000.0, fp_recurrence=1)
+    assert convolve(short, [m]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)
+    uncounted = one_burst({10: 100}, load_bytes=800, fp_scalar=1000, flop=1000.0, fp_recurrence=-1)
+    assert uncounted.recurrence is None
+    assert convolve(uncounted, [m]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)
+    # a profile without the dependency probe does not price chains
+    nodep = dataclasses.replace(m, chain_op_s=None)
+    assert convolve(chained, [nodep]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)

@@ -442,3 +442,42 @@ def test_divides_and_square_roots_are_counted(tmp_path, cache):
     assert row["div256"][k] == n                # n / 4 packed divides of 4 lanes
     assert row["div256"][COUNTERS.index("fp_256")] == n // 4 and row["div256"][COUNTERS.index("flop")] == n
     assert o.bursts[0, k] == sum(c[k] for c in o.functions)
+
+
+def test_loop_carried_fp_chains_are_counted(tmp_path, cache):
+    """fp_recurrence: FP operations on chains carried from one loop iteration to the next.
+    A dot product without reassociation carries one add per element (the multiply is not on
+    the chain); a triad carries nothing; two interleaved accumulators carry one add each per
+    iteration of half the length, the same total; a multiply-add recurrence x = x * c + e
+    carries two."""
+    from pmac.memtrace import COUNTERS
+
+    src = tmp_path / "r.c"
+    src.write_text(
+        "#include <stdio.h>\n#include <stdlib.h>\n"
+        "__attribute__((noinline)) double dot(const double *a, const double *b, int n) {\n"
+        "  double s = 0; for (int i = 0; i < n; i++) s += a[i] * b[i]; return s; }\n"
+        "__attribute__((noinline)) void triad(double *a, const double *b, const double *c, int n) {\n"
+        "  for (int i = 0; i < n; i++) a[i] = b[i] + 3.0 * c[i]; }\n"
+        "__attribute__((noinline)) double dot2(const double *a, const double *b, int n) {\n"
+        "  double s = 0, t = 0; for (int i = 0; i < n; i += 2) { s += a[i] * b[i]; t += a[i+1] * b[i+1]; }\n"
+        "  return s + t; }\n"
+        "__attribute__((noinline)) double affine(double c, double e, int n) {\n"
+        "  double x = 1.0; for (int i = 0; i < n; i++) x = x * c + e; return x; }\n"
+        "int main(int argc, char **argv) { int n = atoi(argv[1]);\n"
+        "  double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);\n"
+        "  for (int i = 0; i < n; i++) { a[i] = 1.0 + i; b[i] = 2.0; c[i] = 0.5; }\n"
+        "  double s = dot(a, b, n); triad(a, b, c, n); s += dot2(a, b, n) + affine(0.999, 1e-3, n);\n"
+        "  printf(\"%f\\n\", s); return 0; }\n")
+    exe = tmp_path / "r"
+    # no FMA contraction, no vectorisation: the chains are the C source's
+    subprocess.run(["gcc", "-O2", "-fno-tree-vectorize", "-ffp-contract=off", "-o", str(exe), str(src)], check=True)
+    n = 20000
+    o = read_tool_output(run_under_tool([str(exe), str(n)], tmp_path / "run").files[0])
+    k = COUNTERS.index("fp_recurrence")
+    row = {f: c for f, c in zip(o.function, o.functions)}
+    assert row["dot"][k] == pytest.approx(n, rel=0.01)
+    assert row["triad"][k] == 0
+    assert row["dot2"][k] == pytest.approx(n / 2, rel=0.01)   # two chains of n/2 overlap: the longest counts
+    assert row["affine"][k] == pytest.approx(2 * n, rel=0.01)
+    assert o.bursts[0, k] == sum(c[k] for c in o.functions)

@@ -1,5 +1,6 @@
 """Signature schema versions: a version-1 signature (memory.npz without fp_divsqrt) loads with the
-column at -1 ('not counted'), saves as version 2, and prices its divides as flop."""
+column at -1 ('not counted'), saves as the current version, and prices its divides as flop; a
+version-2 one (without fp_recurrence) loads with its divides and chains 'not counted'."""
 
 import shutil
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 
 from pmac.convolve import burst_arrays
 from pmac.errors import SchemaVersionError
-from pmac.memsig import BURSTS, FUNCTIONS, memory_tables_v1
+from pmac.memsig import BURSTS, FUNCTIONS, memory_tables_of_version, memory_tables_v1
 from pmac.signature import load_signature, save_signature
 from pmac.table import save_tables
 from synth import memory_tables, pingpong_signature
@@ -23,7 +24,7 @@ def _v1_copy(sig, folder: Path) -> Path:
     v1 = memory_tables_v1()
     save_tables(folder / "memory.npz", {k: v[list(v1[k].names)] for k, v in sig.memory.items()}, v1, compress=True)
     y = folder / "signature.yaml"
-    y.write_text(y.read_text().replace("schema_version: 2", "schema_version: 1"))
+    y.write_text(y.read_text().replace("schema_version: 3", "schema_version: 1"))
     return folder
 
 
@@ -37,9 +38,10 @@ def test_version_1_memory_tables_load_with_divides_not_counted(tmp_path):
     b = old.memory["bursts"]
     assert list(b.columns) == list(BURSTS.names) and (b["fp_divsqrt"] == -1).all()
     assert (b["loads"] == 10).all() and burst_arrays(old.memory).divsqrt is None
-    # saved again it is a version-2 signature that keeps 'not counted'
+    assert (b["fp_recurrence"] == -1).all() and burst_arrays(old.memory).recurrence is None
+    # saved again it is a current-version signature that keeps 'not counted'
     save_signature(old, tmp_path / "v2")
-    assert "schema_version: 2" in (tmp_path / "v2" / "signature.yaml").read_text()
+    assert "schema_version: 3" in (tmp_path / "v2" / "signature.yaml").read_text()
     again = load_signature(tmp_path / "v2")
     assert (again.memory["bursts"]["fp_divsqrt"] == -1).all()
     # a version-2 signature with counts keeps them, and the convolver sees them
@@ -53,6 +55,28 @@ def test_version_1_memory_tables_load_with_divides_not_counted(tmp_path):
 def test_unknown_signature_version_is_refused_by_name(tmp_path):
     save_signature(pingpong_signature(), tmp_path / "s")
     y = tmp_path / "s" / "signature.yaml"
-    y.write_text(y.read_text().replace("schema_version: 2", "schema_version: 7"))
+    y.write_text(y.read_text().replace("schema_version: 3", "schema_version: 7"))
     with pytest.raises(SchemaVersionError, match=r"signature\.yaml.*schema_version 7 is newer"):
         load_signature(tmp_path / "s")
+
+
+def test_version_2_memory_tables_load_with_chains_not_counted(tmp_path):
+    mem = memory_tables([dict(rank=0, seq=1, loads=10, load_bytes=80, fp_scalar=5, flop=5.0, fp_divsqrt=2,
+                              fp_recurrence=4)],
+                        [dict(rank=0, seq=1, access=0, counts={0: 10})])
+    sig = dataclasses.replace(pingpong_signature(n_iter=1), memory=mem)
+    folder = tmp_path / "v2"
+    save_signature(sig, folder)
+    v2 = memory_tables_of_version(2)
+    assert "fp_recurrence" not in v2["bursts"].names and "fp_divsqrt" in v2["bursts"].names
+    save_tables(folder / "memory.npz", {k: v[list(v2[k].names)] for k, v in sig.memory.items()}, v2, compress=True)
+    y = folder / "signature.yaml"
+    y.write_text(y.read_text().replace("schema_version: 3", "schema_version: 2"))
+    old = load_signature(folder)
+    b = old.memory["bursts"]
+    assert b["fp_divsqrt"].tolist() == [2] and b["fp_recurrence"].tolist() == [-1]
+    ba = burst_arrays(old.memory)
+    assert ba.recurrence is None and ba.divsqrt.tolist() == [2.0]
+    # the current version keeps the count and the convolver sees it
+    save_signature(sig, tmp_path / "v3")
+    assert burst_arrays(load_signature(tmp_path / "v3").memory).recurrence.tolist() == [4.0]

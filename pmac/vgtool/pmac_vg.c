@@ -24,7 +24,7 @@
  * Stack distances are computed from that stream by pmac.reuse (numba), scaled by 1/R.
  *
  * Files (little-endian), written with no address text:
- *   <out>      header 64 B: "PMACVGS1", u32 version=2, u32 n_counters, u32 hash_bits,
+ *   <out>      header 64 B: "PMACVGS1", u32 version=3, u32 n_counters, u32 hash_bits,
  *              u32 threshold, i32 pid, u32 flags, i64 n_bursts, i64 n_functions, i64 n_acc_words,
  *              8 B pad; then the counters of code outside bursts: inside MPI calls, or run by a
  *              thread other than the main one (n_counters x u64);
@@ -38,6 +38,15 @@
  * instruction of the same superblock that wrote one of the vector registers it reads; when none
  * and the superblock jumps back to its own start (a loop), the distance around the loop; else
  * DEP_CAP (independent). Weighted by execution count (sum and count kept per segment).
+ *
+ * Loop-carried recurrence (C_RECUR): for a superblock that jumps back to its own start, the most
+ * FP operations on one register dataflow path from a vector register's value at block entry to
+ * the value Put back into the same register (what the next iteration reads: `s += a[i] * b[i]`
+ * without reassociation has 1, the add; a triad has 0). Counted once per execution of the block,
+ * so a burst's count is the length of the dependent FP chain its loops run through, which no
+ * out-of-order core can overlap: the convolver prices it at the dependency probe's chain rate.
+ * Not seen: chains through memory (spilled accumulators) or across several superblocks (a loop
+ * body with internal branches that valgrind splits).
  *
  * A forked child (without exec) writes nothing: the files are the parent's.
  * Size: 8 bytes per sampled access, i.e. about 8 * R bytes per access of the program.
@@ -62,7 +71,7 @@
 
 enum {
     C_INSTR, C_LOADS, C_STORES, C_LOAD_BYTES, C_STORE_BYTES, C_FP_SCALAR, C_FP_128, C_FP_256, C_FP_512,
-    C_FLOP, C_DIVSQRT, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_SAMPLED, NC
+    C_FLOP, C_DIVSQRT, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_RECUR, C_SAMPLED, NC
 };
 #define HASH_BITS 24
 #define DEP_CAP 32
@@ -152,6 +161,7 @@ static void seg_fold(Seg *s) {
         for (Int k = 0; k <= C_BRANCHES; k++) { b[k] += n * v[k]; f[k] += n * v[k]; }
         b[C_DEP_SUM] += n * v[C_DEP_SUM]; f[C_DEP_SUM] += n * v[C_DEP_SUM];
         b[C_DEP_N] += n * v[C_DEP_N]; f[C_DEP_N] += n * v[C_DEP_N];
+        b[C_RECUR] += n * v[C_RECUR]; f[C_RECUR] += n * v[C_RECUR];
         b[C_BRANCH_MISS] += s->miss; f[C_BRANCH_MISS] += s->miss;
     }
     s->n = s->miss = 0;
@@ -365,7 +375,59 @@ static Int resolve(Flow *fl, Int t, Int k, Int depth) {
     return best;
 }
 
-static void analyse(IRSB *sb, InsnInfo *info, Int n_insn) {
+#define NREG 16
+#define NO_PATH (-(1 << 28))
+
+/* The loop-carried FP recurrence of a block (see C_RECUR above): dp[t][r] is the most FP
+ * operations on a path from register r's value at block entry to temp t (NO_PATH: none). */
+static Int recurrence(IRSB *sb) {
+    Int nt = sb->tyenv->types_used;
+    Int (*dp)[NREG] = VG_(malloc)("pmac.rec", (nt + 1) * sizeof *dp);
+    Int cur[NREG][NREG];
+    for (Int r = 0; r < NREG; r++)
+        for (Int q = 0; q < NREG; q++) cur[r][q] = r == q ? 0 : NO_PATH;
+    for (Int t = 0; t < nt; t++)
+        for (Int q = 0; q < NREG; q++) dp[t][q] = NO_PATH;
+    for (Int s = 0; s < sb->stmts_used; s++) {
+        IRStmt *st = sb->stmts[s];
+        if (st->tag == Ist_WrTmp) {
+            IRTemp t = st->Ist.WrTmp.tmp;
+            IRExpr *e = st->Ist.WrTmp.data;
+            if (e->tag == Iex_Get) {
+                Int r = ymm_reg(e->Iex.Get.offset);
+                if (r >= 0) for (Int q = 0; q < NREG; q++) dp[t][q] = cur[r][q];
+            } else if (e->tag == Iex_RdTmp) {
+                for (Int q = 0; q < NREG; q++) dp[t][q] = dp[e->Iex.RdTmp.tmp][q];
+            } else if (e->tag != Iex_Load && e->tag != Iex_Const) {
+                IRExpr *args[MAX_ARGS];
+                Int na;
+                IROp op = expr_op(e, args, &na);
+                FpOp o;
+                Int fp = op != Iop_INVALID && fp_op(op, &o);
+                for (Int q = 0; q < NREG; q++) {
+                    Int m = NO_PATH;
+                    for (Int a = 0; a < na; a++)
+                        if (args[a]->tag == Iex_RdTmp && dp[args[a]->Iex.RdTmp.tmp][q] > m) m = dp[args[a]->Iex.RdTmp.tmp][q];
+                    dp[t][q] = (m > NO_PATH && fp) ? m + 1 : m;
+                }
+            }
+        } else if (st->tag == Ist_Put) {
+            Int off = st->Ist.Put.offset, r = ymm_reg(off);
+            /* a write of the register's low lanes replaces the value; the upper lanes (zeroed
+             * by VEX after a scalar or 128-bit operation) are not the carried value */
+            if (r >= 0 && (off - YMM_LO) % 32 == 0) {
+                IRExpr *d = st->Ist.Put.data;
+                for (Int q = 0; q < NREG; q++) cur[r][q] = d->tag == Iex_RdTmp ? dp[d->Iex.RdTmp.tmp][q] : NO_PATH;
+            }
+        }
+    }
+    Int rec = 0;
+    for (Int r = 0; r < NREG; r++) if (cur[r][r] > rec) rec = cur[r][r];
+    VG_(free)(dp);
+    return rec;
+}
+
+static Int analyse(IRSB *sb, InsnInfo *info, Int n_insn) {
     Int nt = sb->tyenv->types_used;
     Flow fl;
     fl.n_insn = n_insn;
@@ -458,6 +520,7 @@ static void analyse(IRSB *sb, InsnInfo *info, Int n_insn) {
     VG_(free)(fl.args);
     VG_(free)(fp_tmp);
     VG_(free)(fp_insn);
+    return fl.loop ? recurrence(sb) : 0;
 }
 
 static IRExpr *mk_u64(ULong x) { return IRExpr_Const(IRConst_U64(x)); }
@@ -545,7 +608,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
     if (n_insn > MAX_INSNS) n_insn = MAX_INSNS;
     InsnInfo info[MAX_INSNS];
     VG_(memset)(info, 0, sizeof(InsnInfo) * (n_insn ? n_insn : 1));
-    analyse(sb, info, n_insn);
+    Int recur = analyse(sb, info, n_insn);
 
     IRSB *out = deepCopyIRSBExceptStmts(sb);
     Int s = 0;
@@ -563,6 +626,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             if (!seg) seg = new_seg(fn);
             i++;
             seg->v[C_INSTR]++;
+            if (i == 0) seg->v[C_RECUR] += recur;   /* once per execution of the block */
             if (i < n_insn && info[i].flop) {
                 seg->v[C_FLOP] += info[i].flop;
                 seg->v[C_DIVSQRT] += info[i].divsqrt;
@@ -722,7 +786,7 @@ static void pm_fini(Int exitcode) {
     } h;
     VG_(memset)(&h, 0, sizeof h);
     VG_(memcpy)(h.magic, "PMACVGS1", 8);
-    h.version = 2; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
+    h.version = 3; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
     h.pid = VG_(getpid)(); h.flags = flags;
     h.n_bursts = n_bursts; h.n_functions = n_fns; h.n_acc_words = acc_total;
     VG_(write)(fd, &h, sizeof h);
