@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from .errors import InputError
-from .memsig import MEMORY_TABLES, memory_tables_of_version, upgrade
+from .memsig import MEMORY_TABLES, check_tables, memory_tables_of_version, upgrade
 from .schema import check_document, from_dict, read_yaml, register_kind, save_document, to_dict
 from .table import load_tables, save_tables
 from .trace import EVENT_TABLES, world_comm_table
@@ -115,6 +115,10 @@ def load_signature(path: str | Path, *, with_memory: bool = True) -> Signature:
             memory = upgrade(load_tables(folder / header.memory_file, memory_tables_of_version(version)), version)
         else:
             memory = load_tables(folder / header.memory_file, MEMORY_TABLES)
+        try:
+            check_tables(memory)
+        except ValueError as exc:
+            raise InputError(str(exc), path=folder / header.memory_file) from None
     sig = make_signature(header, tables["events"], requests=tables.get("requests"),
                          vcounts=tables.get("vcounts"), comms=tables.get("comms"), memory=memory)
     return dataclasses.replace(sig, path=str(folder))

@@ -458,6 +458,10 @@ def read_simgrid(paths, *, name: str | None = None, n_ranks: int | None = None,
         cols["rank"] = b[:, 0].astype(np.int32)
         cols["seq"] = b[:, 1].astype(np.int64)
         cols["flop"] = b[:, 2]
+        # the format gives flops only: divides and chains not counted, no accesses sampled away
+        cols["fp_divsqrt"][:] = -1
+        cols["fp_recurrence"][:] = -1
+        cols["sample_frac"][:] = 1.0
         memory["bursts"] = pd.DataFrame(cols)
     if name is None:
         name = files[0].stem if len(files) == 1 else files[0].parent.name or "simgrid"

@@ -36,10 +36,10 @@ def two_level_profile(name="synth", *, l1_bw=100e9, l2_bw=50e9, mem_bw=10e9, flo
 
 
 def memory_tables(bursts: list[dict], hists: list[dict]) -> dict[str, pd.DataFrame]:
-    """bursts: dicts of BURSTS columns (missing -> 0); hists: (rank, seq, access, {distance: count})."""
+    """bursts: dicts of BURSTS columns (missing -> 0; sample_frac -> 1, nothing sampled away); hists: (rank, seq, access, {distance: count})."""
     rows = []
     for b in bursts:
-        rows.append({c: b.get(c, 0) for c in BURSTS.names})
+        rows.append({c: b.get(c, 1.0 if c == "sample_frac" else 0) for c in BURSTS.names})
     rrows = []
     for h in hists:
         for d, cnt in h["counts"].items():

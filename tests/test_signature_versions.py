@@ -80,3 +80,17 @@ def test_version_2_memory_tables_load_with_chains_not_counted(tmp_path):
     # the current version keeps the count and the convolver sees it
     save_signature(sig, tmp_path / "v3")
     assert burst_arrays(load_signature(tmp_path / "v3").memory).recurrence.tolist() == [4.0]
+
+
+def test_memory_tables_with_impossible_values_are_refused_by_name(tmp_path):
+    """load_signature checks memory.npz beyond column types (pmac.memsig.check_tables): one line
+    naming the file and the problem."""
+    from pmac.errors import InputError
+
+    mem = memory_tables([dict(rank=0, seq=1, loads=10, load_bytes=80, sample_frac=1.0)],
+                        [dict(rank=0, seq=1, access=0, counts={0: 10})])
+    mem["reuse"].loc[0, "count"] = -5.0
+    sig = dataclasses.replace(pingpong_signature(n_iter=1), memory=mem)
+    save_signature(sig, tmp_path / "s")
+    with pytest.raises(InputError, match=r"memory\.npz.*table 'reuse': negative or non-finite count"):
+        load_signature(tmp_path / "s")
