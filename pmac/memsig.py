@@ -119,8 +119,6 @@ ADDED_COLUMNS = {
     2: {"bursts": {"fp_divsqrt": -1}, "functions": {"fp_divsqrt": -1}},
     3: {"bursts": {"fp_recurrence": -1}, "functions": {"fp_recurrence": -1}},
 }
-#: the version-2 additions alone (kept for callers of the first migration)
-ADDED_COLUMNS_V2 = ADDED_COLUMNS[2]
 
 
 def _added_after(version: int, table: str) -> dict:
@@ -138,11 +136,6 @@ def memory_tables_of_version(version: int) -> dict[str, TableSpec]:
             for name, spec in MEMORY_TABLES.items()}
 
 
-def memory_tables_v1() -> dict[str, TableSpec]:
-    """The table specs of a version-1 memory.npz."""
-    return memory_tables_of_version(1)
-
-
 def upgrade(tables: dict, version: int) -> dict:
     """Memory tables of schema ``version`` with the columns added since, at their 'not
     counted' value."""
@@ -153,11 +146,6 @@ def upgrade(tables: dict, version: int) -> dict:
             df[col] = value
         out[name] = MEMORY_TABLES[name].coerce(df)
     return out
-
-
-def upgrade_v1(tables: dict) -> dict:
-    """Version-1 memory tables with the columns added since."""
-    return upgrade(tables, 1)
 
 
 def check_tables(tables: dict) -> None:

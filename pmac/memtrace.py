@@ -47,8 +47,9 @@ from .vgtool_build import build_tool, valgrind_command
 COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256",
             "fp_512", "flop", "fp_divsqrt", "branches", "branch_misses", "dep_sum", "dep_n", "fp_recurrence",
             "sampled")
-#: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations);
-#: the files live only while a trace runs, so older ones are refused, not migrated
+#: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations),
+#: 3 fp_recurrence (FP operations on loop-carried chains); the files live only while a trace
+#: runs, so older ones are refused, not migrated
 TOOL_FILE_VERSION = 3
 NC = len(COUNTERS)
 _HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("n_counters", "<u4"), ("hash_bits", "<u4"),

@@ -82,14 +82,15 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
     """ComputeModel from the raw ``compute`` table: per point the median of its COMPUTE_BEST best
     repetitions over all rounds (highest rates, lowest branch costs: a neighbour on a shared core
     only ever makes a repetition worse), as the memory probe's stop rule does."""
+    from probes.memory import ending_reps
+
     def med(probe):
         g = rows[rows["probe"] == probe]
         if g.empty:
             raise ProbeError(f"compute probe '{probe}' produced no values")
-        cost = probe == "branch"
+        better = probe != "branch"   # rates: larger is better; branch costs: smaller
         return g.groupby("param", sort=True)["value"].agg(
-            lambda v: float(np.median(np.sort(v.to_numpy())[:COMPUTE_BEST] if cost
-                                      else np.sort(v.to_numpy())[::-1][:COMPUTE_BEST])))
+            lambda v: float(np.median(ending_reps(v.to_numpy(), COMPUTE_BEST, "best", larger_is_better=better))))
 
     sc, sv = med("flop_scalar"), med("flop_simd")
     dep, br, miss = med("dependency"), med("branch"), med("branch_miss")

@@ -22,7 +22,9 @@ from .table import load_tables, save_tables
 from .trace import EVENT_TABLES, world_comm_table
 
 KIND = "pmac.signature"
-register_kind(KIND, 3, {1: "first version: header + events.npz (+ memory.npz)",
+#: current schema version (memory.npz columns by version: pmac.memsig.ADDED_COLUMNS)
+SCHEMA_VERSION = 3
+register_kind(KIND, SCHEMA_VERSION, {1: "first version: header + events.npz (+ memory.npz)",
                         2: "memory.npz: bursts and functions gain fp_divsqrt (divide and square-root "
                            "operations); version-1 signatures load with -1 there (not counted)",
                         3: "memory.npz: bursts and functions gain fp_recurrence (FP operations on "
@@ -111,7 +113,7 @@ def load_signature(path: str | Path, *, with_memory: bool = True) -> Signature:
     memory = {}
     if with_memory and header.memory_file:
         version = int(raw["schema_version"])
-        if version < 3:
+        if version < SCHEMA_VERSION:
             memory = upgrade(load_tables(folder / header.memory_file, memory_tables_of_version(version)), version)
         else:
             memory = load_tables(folder / header.memory_file, MEMORY_TABLES)

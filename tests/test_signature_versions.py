@@ -10,7 +10,7 @@ import pytest
 
 from pmac.convolve import burst_arrays
 from pmac.errors import SchemaVersionError
-from pmac.memsig import BURSTS, FUNCTIONS, memory_tables_of_version, memory_tables_v1
+from pmac.memsig import BURSTS, FUNCTIONS, memory_tables_of_version
 from pmac.signature import load_signature, save_signature
 from pmac.table import save_tables
 from synth import memory_tables, pingpong_signature
@@ -21,7 +21,7 @@ import dataclasses
 def _v1_copy(sig, folder: Path) -> Path:
     """``sig`` written as a version-1 signature: memory.npz without the version-2 columns."""
     save_signature(sig, folder)
-    v1 = memory_tables_v1()
+    v1 = memory_tables_of_version(1)
     save_tables(folder / "memory.npz", {k: v[list(v1[k].names)] for k, v in sig.memory.items()}, v1, compress=True)
     y = folder / "signature.yaml"
     y.write_text(y.read_text().replace("schema_version: 3", "schema_version: 1"))
