@@ -45,6 +45,9 @@ arithmetic is not priced here (it belongs to the compute burst after the call).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 from numba import njit
 
@@ -64,29 +67,69 @@ ALLTOALL_MIN_PROCS = 8
 # ni (int64) layout: flags, segment counts, sizes, then offsets (into ni or nf) of the variable parts
 (NI_BUFFERED, NI_HANDSHAKE, NI_CONTENTION, NI_ROUTE_TIMING, NI_NSEG0, NI_NSEG1, NI_S, NI_N_HOSTS,
  NI_NODE_HOST, NI_ROUTE_OFF, NI_ROUTE_LINKS, NI_LINK_INV_BW, NI_LINK_FREE, NI_ROUTE_LAT, NI_ROUTE_INV_BW,
- NI_HEADER) = range(16)
+ NI_SHAPED, NI_NODE_TOKENS, NI_NODE_LAST, NI_HEADER) = range(19)
 # nf (float64) layout: per link kind (0 intra, 1 inter) send/recv overhead and eager threshold,
-# then the segment tables (lo, latency, bandwidth; S columns per link kind) from NF_SEG
-NF_O_S, NF_O_R, NF_EAGER, NF_SEG = 0, 2, 4, 6
+# the inter-node shaper (seconds per byte of its rate, bucket bytes), then the segment tables
+# (lo, latency, bandwidth; S columns per link kind) from NF_SEG
+NF_O_S, NF_O_R, NF_EAGER, NF_SHAPE_INV_RATE, NF_SHAPE_BURST, NF_SEG = 0, 2, 4, 6, 7, 8
+
+#: modules whose numba code reads the layout above as compile-time constants
+LAYOUT_READERS = ("replay_core", "replay_passes", "replay")
+
+
+def drop_stale_caches() -> int:
+    """Remove the numba caches of :data:`LAYOUT_READERS` older than this file; returns how many.
+
+    numba keys a cached function on its own file's timestamp only, so a layout constant changed
+    here left replay_passes running machine code with the old offsets (seen: a 0-byte message
+    priced at another segment's latency) until that file changed too. Called at import.
+    """
+    here = Path(__file__)
+    cache = here.parent / "__pycache__"
+    if os.environ.get("NUMBA_CACHE_DIR") or not cache.is_dir():
+        return 0
+    stamp = here.stat().st_mtime
+    n = 0
+    for mod in LAYOUT_READERS:
+        for f in cache.glob(f"{mod}.*.nb[ic]"):
+            try:
+                if f.stat().st_mtime < stamp:
+                    f.unlink()
+                    n += 1
+            except OSError:  # another process removed it, or a read-only install
+                pass
+    return n
+
+
+drop_stale_caches()
 
 
 def pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, node_host, n_hosts,
-         route_off, route_links, link_inv_bw, route_lat, route_inv_bw):
-    """The ``(nf, ni)`` net of the given parts (per-link-kind pairs; [2, S] segment tables)."""
+         route_off, route_links, link_inv_bw, route_lat, route_inv_bw, shaper=None):
+    """The ``(nf, ni)`` net of the given parts (per-link-kind pairs; [2, S] segment tables).
+
+    ``shaper``: ``(rate_bytes_per_s, burst_bytes)`` of every node's inter-node egress, or None.
+    Each node's bucket starts full."""
     s = seg_lo.shape[1]
+    n_nodes = len(node_host)
     head = np.zeros(NI_HEADER, np.int64)
     head[NI_BUFFERED:NI_ROUTE_TIMING + 1] = flags
     head[NI_NSEG0], head[NI_NSEG1] = nseg
     head[NI_S], head[NI_N_HOSTS] = s, n_hosts
+    head[NI_SHAPED] = int(shaper is not None)
+    rate, burst = shaper if shaper is not None else (np.inf, 0.0)
     ni_parts = [head, np.asarray(node_host, np.int64), np.asarray(route_off, np.int64),
                 np.asarray(route_links, np.int64)]
     off = np.cumsum([0] + [a.size for a in ni_parts])
     head[NI_NODE_HOST], head[NI_ROUTE_OFF], head[NI_ROUTE_LINKS] = off[1], off[2], off[3]
     nf_parts = [np.asarray(o_s, float), np.asarray(o_r, float), np.asarray(eager, float),
+                np.array([1.0 / rate, burst]),
                 seg_lo.ravel(), seg_lat.ravel(), seg_bw.ravel(), np.asarray(link_inv_bw, float),
-                np.zeros(len(link_inv_bw)), np.asarray(route_lat, float), np.asarray(route_inv_bw, float)]
+                np.zeros(len(link_inv_bw)), np.asarray(route_lat, float), np.asarray(route_inv_bw, float),
+                np.full(n_nodes, float(burst)), np.zeros(n_nodes)]
     foff = np.cumsum([0] + [a.size for a in nf_parts])
-    head[NI_LINK_INV_BW], head[NI_LINK_FREE], head[NI_ROUTE_LAT], head[NI_ROUTE_INV_BW] = foff[6:10]
+    (head[NI_LINK_INV_BW], head[NI_LINK_FREE], head[NI_ROUTE_LAT], head[NI_ROUTE_INV_BW], head[NI_NODE_TOKENS],
+     head[NI_NODE_LAST]) = foff[7:13]
     return np.concatenate(nf_parts), np.concatenate(ni_parts)
 
 
@@ -142,10 +185,33 @@ def wire_nodes(net, src_node, dst_node, m):
 
 @njit(cache=True)
 def transfer(net, src_node, dst_node, m, ready):
-    """Arrival time of ``m`` bytes that may leave at ``ready`` (reserves links under contention)."""
+    """Arrival time of ``m`` bytes that may leave at ``ready`` (takes tokens from the sender's
+    shaper and reserves links under contention)."""
     nf, ni = net
     w = wire_nodes(net, src_node, dst_node, m)
-    if src_node != dst_node and ni[NI_CONTENTION] != 0:
+    if src_node == dst_node:
+        return ready + w
+    if ni[NI_SHAPED] != 0:
+        # the sender's bucket, first come first served: tokens accrue since its last departure
+        kt = ni[NI_NODE_TOKENS] + src_node
+        kl = ni[NI_NODE_LAST] + src_node
+        t0 = max(ready, nf[kl])
+        burst = nf[NF_SHAPE_BURST]
+        tok = min(burst, nf[kt] + (t0 - nf[kl]) / nf[NF_SHAPE_INV_RATE])
+        if m <= tok:
+            dep = t0
+            tok -= m
+        else:
+            dep = t0 + (m - tok) * nf[NF_SHAPE_INV_RATE]
+            tok = 0.0
+        nf[kt] = tok
+        nf[kl] = dep
+        # the last byte leaves at dep and still crosses the line; never faster than the line
+        shaped = dep - t0 + wire_nodes(net, src_node, dst_node, 0.0)
+        if shaped > w:
+            w = shaped
+        ready = t0
+    if ni[NI_CONTENTION] != 0:
         hs = ni[ni[NI_NODE_HOST] + src_node]
         hd = ni[ni[NI_NODE_HOST] + dst_node]
         if hs != hd:
@@ -217,13 +283,17 @@ def _exchange_round(net, node, t, dst_off, m, ts, tr):
 
 @njit(cache=True)
 def _xor_round(net, node, t, mask, m, nt):
-    """Members i and i ^ mask exchange m bytes (both directions); each ends when both halves are."""
+    """Members i and i ^ mask exchange m bytes (both directions); each ends when both halves are.
+    Each message is priced once: a stateful link (shaper, contention) must not see it twice."""
     p = t.shape[0]
     for i in range(p):
         q = i ^ mask
-        sd, _ = message(net, node[i], node[q], m, t[i], t[q])
-        _, rd = message(net, node[q], node[i], m, t[q], t[i])
-        nt[i] = max(sd, rd)
+        if q < i:
+            continue
+        sd_i, rd_q = message(net, node[i], node[q], m, t[i], t[q])
+        sd_q, rd_i = message(net, node[q], node[i], m, t[q], t[i])
+        nt[i] = max(sd_i, rd_i)
+        nt[q] = max(sd_q, rd_q)
     t[:] = nt
 
 

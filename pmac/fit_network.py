@@ -11,7 +11,18 @@ placement and :class:`CollectiveCost` per (placement, op, bytes, ranks).
 - ``send_overhead`` / ``recv_overhead``: time the sender spends in the send call, and the time
   the receiver spends in the receive call once the message has already arrived (LogP o_s, o_r);
 - ``pycall``: interpreter cost of one send plus one receive call (only when the probe ran its
-  timed loops in Python); subtracted from ``pingpong`` before fitting ("corrected").
+  timed loops in Python); subtracted from ``pingpong`` before fitting ("corrected");
+- ``burst``: a message and a 1-byte acknowledgement after a long silence (the pair's time).
+
+Shaped links (inter-node only): a token-bucket egress limit (rate r, bucket b; a tc tbf, a cloud
+NIC's burst allowance) shows as a ping-pong faster per message than the stream of the same size
+(:data:`SHAPER_FINGERPRINT`): a link without burst credit cannot beat its own streaming rate,
+while a ping-pong refills each side's bucket during the other side's turn (one-way m / 2r). Then
+r is the stream rate of the largest window; b follows from the largest ping-pong sizes, which
+start each turn with a full bucket: one-way(m) = one-way(0) + (m - b) / r; the line under the
+shaper has the ping-pong's 0-byte latency and the slope of the ``burst`` curve within the bucket
+(a least-squares slope, so the first message's wake-up cost after the silence, 10-60 us here,
+cancels; it is noisy, and bounded below by twice the rate).
 
 The link fit is a piecewise ``latency + bytes / bandwidth`` model. Break points are chosen
 among the measured sizes by exhaustive search over 1..``max_segments`` segments, each fitted
@@ -23,6 +34,7 @@ the eager copy, so the step may go either way); a change of slope alone is not a
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -38,6 +50,10 @@ PLACEMENTS = ("intra_node", "inter_node")
 #: the machine only ever adds time, so a low quantile tracks the machine itself; on a quiet
 #: machine it is within the spread of the median. Every repetition stays in the raw tables.
 QUANTILE = 0.25
+
+#: a ping-pong one-way time below this fraction of the stream's time per message of the same
+#: size reveals a shaper (through tc tbf: 0.50-0.69; unshaped TCP and shared memory: >= 1.1)
+SHAPER_FINGERPRINT = 0.75
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,8 +228,46 @@ def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
     if not st.empty:
         sm, stt = _median_by_size(st)
         stream_bw = float(np.max(sm / stt))
-    return fit_link(m, t, send_overhead_s=o_s, recv_overhead_s=o_r, streaming_bandwidth_bytes_per_s=stream_bw,
-                    rel_noise=relative_noise(rows))
+    model = fit_link(m, t, send_overhead_s=o_s, recv_overhead_s=o_r, streaming_bandwidth_bytes_per_s=stream_bw,
+                     rel_noise=relative_noise(rows))
+    shaper = fit_shaper(m, t, st, sel[sel.test == "burst"]) if placement == "inter_node" else None
+    if shaper is None:
+        return model
+    rate, burst, line_bw = shaper
+    lat = max(float(t[0]) - o_s - o_r, 0.0)
+    line = LinkSegment(min_bytes=0.0, max_bytes=2.0**62, latency_s=lat, bandwidth_bytes_per_s=line_bw)
+    return dataclasses.replace(model, latency_s=lat, bandwidth_bytes_per_s=line_bw, segments=(line,),
+                               shaper_rate_bytes_per_s=rate, shaper_burst_bytes=burst)
+
+
+def fit_shaper(m: np.ndarray, t: np.ndarray, stream: pd.DataFrame,
+               burst: pd.DataFrame) -> tuple[float, float, float] | None:
+    """(rate, bucket bytes, line bandwidth) of a token-bucket shaper, or None when the link
+    shows none (see the module doc). ``m``, ``t``: the ping-pong curve (sorted by size)."""
+    if stream.empty or m.size < 4:
+        return None
+    sm, stt = _median_by_size(stream)
+    common = np.isin(m, sm)
+    if not common.any():
+        return None
+    ratio = t[common] / stt[np.searchsorted(sm, m[common])]
+    if float(ratio.min()) >= SHAPER_FINGERPRINT:
+        return None
+    rate = float(sm[-1] / stt[-1])
+    top = slice(-3, None)
+    b = float(np.median(np.maximum(m[top] - rate * (t[top] - t[0]), 0.0)))
+    if m[-1] < 4 * b:  # the largest message does not see past the bucket: cannot tell
+        return None
+    line_bw = 1e30  # no size inside the bucket to tell the line's bandwidth: a flat line
+    if not burst.empty:
+        bm, bt = _median_by_size(burst)
+        inside = bm <= 0.8 * b  # the wake-up round trips before each took a few headers' tokens
+        if inside.sum() >= 3 and bm[inside].max() >= 1024:
+            slope = float(np.polyfit(bm[inside], bt[inside], 1)[0])
+            if slope > 0:
+                line_bw = 1.0 / slope
+    # the fingerprint needs a line well above the rate: never less than twice it
+    return rate, b, max(line_bw, 2.0 * rate)
 
 
 def relative_noise(rows: pd.DataFrame) -> float:

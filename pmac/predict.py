@@ -111,7 +111,7 @@ def topology_for(profile: MachineProfile, n_nodes: int):
 
 
 def _replay(sig: Signature, burst_s: np.ndarray, placement: np.ndarray, profile: MachineProfile, *,
-            contention: bool, timeline: bool) -> ReplayOut:
+            contention: bool, timeline: bool, measured_collectives: bool = False) -> ReplayOut:
     """Adapter over :func:`pmac.replay.replay_signature`."""
     from .replay import ReplayOptions, replay_signature
 
@@ -121,7 +121,8 @@ def _replay(sig: Signature, burst_s: np.ndarray, placement: np.ndarray, profile:
         topo, note = topology_for(profile, int(placement.max()) + 1)
         if note:
             notes.append(note)
-    opts = ReplayOptions(contention=contention, topology=topo, timeline=timeline)
+    opts = ReplayOptions(contention=contention, topology=topo, timeline=timeline,
+                         measured_collectives=measured_collectives)
     res = replay_signature(sig, burst_s, placement, profile.network, opts)
     tl = None
     if timeline and res.start_s is not None:
@@ -234,7 +235,8 @@ def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], activ
 
 
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
-            burst_source: str = "auto", contention: bool = False, timeline: bool = False) -> Prediction:
+            burst_source: str = "auto", contention: bool = False, timeline: bool = False,
+            measured_collectives: bool = False) -> Prediction:
     """Predict ``sig`` on every profile (see module docstring)."""
     if not profiles:
         raise InputError("predict: no machine profiles given")
@@ -287,7 +289,8 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
                                                           or sig.name in p.overlap.calibrated_on):
             notes.append(f"{p.name}: overlap model calibrated on '{app}' itself: not an independent prediction")
         burst = np.ascontiguousarray(bursts_all[k])
-        r = _replay(sig_r, burst, placement, p, contention=contention, timeline=timeline)
+        r = _replay(sig_r, burst, placement, p, contention=contention, timeline=timeline,
+                    measured_collectives=measured_collectives)
         notes += [f"{p.name}: {x}" for x in r.notes]
         crit_rank = int(np.argmax(r.finish_s))
         rows.append(dict(machine=p.name, signature=sig.name, n_ranks=n, ranks_per_node=rpn, n_nodes=n_nodes,

@@ -25,11 +25,13 @@ from .schema import (check_document, from_dict, read_yaml, register_kind, save_d
 from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
-register_kind(KIND, 2, {1: "first version: node (caches, memory, compute, curves), network "
+register_kind(KIND, 3, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
-                           "per second; version 1 files have none"},
-              migrations={1: lambda body: body})
+                           "per second; version 1 files have none",
+                        3: "network links: shaper_rate_bytes_per_s and shaper_burst_bytes (optional, "
+                           "a token-bucket egress limit); version 2 files have none (unshaped)"},
+              migrations={1: lambda body: body, 2: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -219,6 +221,13 @@ class LinkModel:
     #: measured curve (medians): message size and one-way time
     msg_bytes: tuple[float, ...] = ()
     one_way_s: tuple[float, ...] = ()
+    #: token-bucket egress shaper of each node on this link (None: unshaped). Tokens (bytes)
+    #: accrue at ``shaper_rate_bytes_per_s`` up to ``shaper_burst_bytes``; a message leaves
+    #: once the bucket holds its bytes, so sporadic messages pass at the line speed of
+    #: ``segments`` and sustained traffic at the rate (a tc tbf, a cloud NIC's baseline/burst
+    #: allowance). ``segments`` then describe the line without the shaper.
+    shaper_rate_bytes_per_s: float | None = None
+    shaper_burst_bytes: float | None = None
 
     def __post_init__(self):
         _positive("latency_s", self.latency_s, allow_zero=True)
@@ -232,6 +241,14 @@ class LinkModel:
                 raise ValueError("segments must be contiguous and sorted")
         if len(self.msg_bytes) != len(self.one_way_s):
             raise ValueError("msg_bytes and one_way_s differ in length")
+        if (self.shaper_rate_bytes_per_s is None) != (self.shaper_burst_bytes is None):
+            raise ValueError("shaper_rate_bytes_per_s and shaper_burst_bytes go together")
+        _positive("shaper_rate_bytes_per_s", self.shaper_rate_bytes_per_s)
+        _positive("shaper_burst_bytes", self.shaper_burst_bytes, allow_zero=True)
+
+    @property
+    def shaped(self) -> bool:
+        return self.shaper_rate_bytes_per_s is not None
 
     def transfer_time_s(self, msg_bytes: Any) -> np.ndarray:
         """One-way wire time (excluding send/recv overheads) for an array of message sizes."""

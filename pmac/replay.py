@@ -50,6 +50,9 @@ Semantics (see pmac.collectives for the message and collective models):
   routes on the topology and queue for busy links (pmac.collectives). Ranks are then simulated
   in global simulated-time order (a heap), so links are reserved in time order; without
   contention each rank runs as far as it can before blocking (results do not depend on order).
+- Shaped links (``LinkModel.shaper_*``, the inter-node link): every node's egress is a token
+  bucket (pmac.collectives.transfer); a message leaves once the sender's bucket holds its bytes,
+  first come first served, so ranks are simulated in time order as with contention.
   ``options.route_timing``: the inter-node wire time is the route's own latency and bottleneck
   bandwidth (as in a SimGrid platform) instead of the LinkModel's segments.
 - A trace that cannot finish (a receive with no matching send, a rendezvous send never
@@ -171,16 +174,19 @@ def pack_network(network: NetworkModel, placement: np.ndarray, options: ReplayOp
     flags = np.array([int(options.eager_buffered), int(options.rendezvous_handshake),
                       int(options.contention), int(options.route_timing)], np.int64)
     n_nodes = int(placement.max()) + 1 if placement.size else 1
+    if intra.shaped and intra is network.intra_node:
+        raise InputError("the intra_node link has a shaper: pmac shapes only inter-node egress")
+    shaper = (inter.shaper_rate_bytes_per_s, inter.shaper_burst_bytes) if inter.shaped else None
     if options.topology is not None:
         topo = options.topology
         if n_nodes > topo.n_hosts:
             raise InputError(f"placement uses {n_nodes} nodes but topology {topo.name} has {topo.n_hosts} hosts")
         rt = routes(topo)
         net = C.pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, np.arange(n_nodes), rt.n_hosts,
-                     rt.route_off, rt.route_links, rt.link_inv_bw, rt.route_lat_s, rt.route_inv_bw)
+                     rt.route_off, rt.route_links, rt.link_inv_bw, rt.route_lat_s, rt.route_inv_bw, shaper)
     else:
         net = C.pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, np.zeros(n_nodes), 0,
-                     np.zeros(1), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0))
+                     np.zeros(1), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), shaper)
     return net
 
 
@@ -597,7 +603,8 @@ def replay(events, burst_s=None, placement=None, network: NetworkModel | None = 
     ok = core.run(prep.nf, prep.ni, prep.rank_off, prep.kind, prep.sflag, prep.wire, prep.sbytes, prep.dest,
                   prep.node_of_rank, prep.rank, prep.burst, prep.psend, prep.precv, prep.wreq_off, prep.wreq_ev,
                   prep.inst_off, prep.inst_ev, prep.inst_op, prep.inst_root, prep.inst_bytes,
-                  prep.inst_table_s, bool(options.contention), bool(options.timeline), post_t, end_t, arrival,
+                  prep.inst_table_s, bool(options.contention) or bool(prep.ni[C.NI_SHAPED]), bool(options.timeline),
+                  post_t, end_t, arrival,
                   cause, comm_out, wait_out, clock, ptr, bk, bw)
     if not ok:
         raise ReplayError(_deadlock_message(prep, ptr, bk, bw))

@@ -8,7 +8,8 @@ measured (``bench/replay``):
   reference-count updates (atomic operations): a helper taking eight arrays costs ~50 ns a call
   even with ``inline="always"``, the same body written in place ~1.5 ns. The helpers here take
   scalars; the wake-up and the heap push are written where they are used. Only collectives (once
-  per instance) and contended transfers call into :mod:`pmac.collectives` with the net arrays.
+  per instance) and transfers on stateful links (shaped, contended) call into
+  :mod:`pmac.collectives` with the net arrays.
 - Per-send constants come precomputed: eager or not, the link kind, the send/receive overheads
   of the link, the uncontended wire time of the message and of an empty message.
 - A wait blocked on its j-th request resumes at j: the requests before it are complete and
@@ -75,13 +76,14 @@ def heap_pop(keys, vals, hn):
 
 
 @njit(cache=True)
-def _arrive_contended(nf, ni, s, node_of_rank, rank, dest, sbytes, ready):
-    """Arrival of send ``s``'s data leaving at ``ready`` through the contended topology."""
+def _arrive_stateful(nf, ni, s, node_of_rank, rank, dest, sbytes, ready):
+    """Arrival of send ``s``'s data leaving at ``ready`` through stateful links (a shaper, a
+    contended topology)."""
     return C.transfer((nf, ni), node_of_rank[rank[s]], node_of_rank[dest[s]], float(sbytes[s]), ready)
 
 
 @njit(cache=True)
-def _arrival(nf, ni, s, flag, ts, tr, buffered, handshake, contention, per_route, o_s0, o_s1, l0_0, l0_1,
+def _arrival(nf, ni, s, flag, ts, tr, buffered, handshake, stateful, per_route, o_s0, o_s1, l0_0, l0_1,
              host0, n_hosts, r_lat, wire, node_of_rank, rank, dest, sbytes):
     """Arrival of send ``s``'s data (posted at ``ts``, its receive at ``tr``): eager, or
     rendezvous with or without the handshake (pmac.collectives); once per message, so its array
@@ -99,8 +101,8 @@ def _arrival(nf, ni, s, flag, ts, tr, buffered, handshake, contention, per_route
         ready = max(ts + o_s + l0, tr) + l0
     else:
         ready = max(ts + o_s, tr)
-    if contention and inter:
-        return _arrive_contended(nf, ni, s, node_of_rank, rank, dest, sbytes, ready)
+    if stateful and inter:
+        return _arrive_stateful(nf, ni, s, node_of_rank, rank, dest, sbytes, ready)
     return ready + wire[s]
 
 
@@ -137,7 +139,8 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
     n_inst = inst_off.shape[0] - 1
     buffered = ni[C.NI_BUFFERED]
     handshake = ni[C.NI_HANDSHAKE]
-    contention = ni[C.NI_CONTENTION] != 0
+    # messages that go through pmac.collectives.transfer (stateful links) rather than wire[]
+    stateful = ni[C.NI_CONTENTION] != 0 or ni[C.NI_SHAPED] != 0
     per_route = ni[C.NI_ROUTE_TIMING] != 0
     o_s0, o_s1 = nf[C.NF_O_S], nf[C.NF_O_S + 1]
     o_r0, o_r1 = nf[C.NF_O_R], nf[C.NF_O_R + 1]
@@ -196,8 +199,8 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
                 wpos[r] = -1
                 if is_send and psend[e] != P_NULL and buffered != 0 and (sflag[e] & F_EAGER):
                     ready = t0 + (o_s1 if sflag[e] & F_INTER else o_s0)
-                    if contention and (sflag[e] & F_INTER):
-                        arrival[e] = _arrive_contended(nf, ni, e, node_of_rank, rank, dest, sbytes, ready)
+                    if stateful and (sflag[e] & F_INTER):
+                        arrival[e] = _arrive_stateful(nf, ni, e, node_of_rank, rank, dest, sbytes, ready)
                     else:
                         arrival[e] = ready + wire[e]
                 if k == K_COLL or k == K_ICOLL:
@@ -301,7 +304,7 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
                         tr = post_t[q] if half == 0 else post_t[x]
                         if np.isnan(arrival[s]):
                             arrival[s] = _arrival(nf, ni, s, sflag[s], post_t[s], tr, buffered, handshake,
-                                                  contention, per_route, o_s0, o_s1, l0_0, l0_1, host0, n_hosts,
+                                                  stateful, per_route, o_s0, o_s1, l0_0, l0_1, host0, n_hosts,
                                                   r_lat, wire, node_of_rank, rank, dest, sbytes)
                         if half == 0:
                             d = arrival[s]

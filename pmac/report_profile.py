@@ -23,6 +23,10 @@ def _link_lines(label: str, link: LinkModel) -> list[str]:
     if link.fit_r2 is not None:
         extras.append(f"fit R^2 {link.fit_r2:.4f}")
     out.append("    " + ", ".join(extras))
+    if link.shaped:
+        out.append(f"    shaper: token bucket on each node's egress, rate "
+                   f"{fq(link.shaper_rate_bytes_per_s, 'bytes_per_s')}, bucket {fq(link.shaper_burst_bytes, 'bytes')}"
+                   " (the segments below are the line under it)")
     for s in link.segments:
         hi = "inf" if s.max_bytes >= 2.0**60 else fq(s.max_bytes, "bytes")
         out.append(f"    [{fq(s.min_bytes, 'bytes')}, {hi}): {fq(s.latency_s, 's')} + bytes / "

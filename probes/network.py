@@ -22,6 +22,11 @@ first rank on another node (``inter_node``); placement from ``MPI.Get_processor_
   sizes whose single round trip exceeds 0.25 s (full run: 1 s) are skipped (slow links);
 - ``stream``: a window of 64 non-blocking sends, then a 1-byte acknowledgement (OSU bw); the
   time per message of the window;
+- ``burst``: after ``--burst-idle-ms`` of silence (20 ms), one message and a 1-byte
+  acknowledgement; the time of the pair (the fit takes half the 0-byte pair off). A link with a
+  token-bucket shaper (a tc tbf, a cloud NIC's burst allowance) passes a message after idle at
+  line speed and sustained traffic at its rate: the ping-pong, which never idles, cannot tell
+  the line from the shaper; sizes up to about a quarter of the slow-size limit at the stream rate;
 - ``send_overhead``: time inside the send call of a small message (LogP o_s); ``recv_overhead``:
   time inside the receive call after delaying the receive well past the message's arrival (o_r);
   each repetition is the median over its calls;
@@ -50,6 +55,8 @@ COLL_COLUMNS = (("placement", "U16"), ("op", "U16"), ("msg_bytes", "int64"), ("n
                 ("rep", "int32"), ("time_s", "float64"))
 COLL_OPS = ("barrier", "bcast", "allreduce", "alltoall")
 WINDOW = 64
+#: silence before each ``burst`` message: refills a bucket of up to 20 ms at its rate
+BURST_IDLE_MS = 20.0
 MAX_BYTES = 16 << 20
 
 
@@ -142,7 +149,19 @@ def _numba_kernels():
         # median: a few calls wait for a descheduled partner on a shared machine
         return np.median(samples)
 
-    return pingpong, stream, overhead
+    @numba.njit(cache=False)  # numba-mpi uses ctypes pointers: not cacheable
+    def burst(buf, n_bytes, first, peer, ack):
+        view = buf[:n_bytes]
+        t0 = nm.wtime()
+        if first:
+            nm.send(view, peer, 7)
+            nm.recv(ack, peer, 8)
+        else:
+            nm.recv(view, peer, 7)
+            nm.send(ack, peer, 8)
+        return nm.wtime() - t0
+
+    return pingpong, stream, overhead, burst
 
 
 class NumbaBackend:
@@ -152,7 +171,7 @@ class NumbaBackend:
         from numba_mpi import RequestType
 
         self.comm = comm
-        self._pp, self._st, self._oh = _numba_kernels()
+        self._pp, self._st, self._oh, self._bu = _numba_kernels()
         self.reqs = np.empty(WINDOW, dtype=RequestType)
         self.ack = np.zeros(1, np.uint8)
 
@@ -164,6 +183,9 @@ class NumbaBackend:
 
     def overhead(self, buf, n, iters, first, peer, delay_s):
         return self._oh(buf, n, iters, first, peer, self.ack, delay_s)
+
+    def burst(self, buf, n, first, peer):
+        return self._bu(buf, n, first, peer, self.ack)
 
     def pycall(self, iters):
         return None
@@ -235,6 +257,18 @@ class PythonBackend:
                 samples[i] = clock() - t1
         return float(np.median(samples))
 
+    def burst(self, buf, n, first, peer):
+        c, B = self.comm, self.MPI.BYTE
+        msg = [buf, n, B]
+        t0 = time.perf_counter()
+        if first:
+            c.Send(msg, peer, 7)
+            c.Recv(self.ack, peer, 8)
+        else:
+            c.Recv(msg, peer, 7)
+            c.Send(self.ack, peer, 8)
+        return time.perf_counter() - t0
+
     def pycall(self, iters):
         """Seconds per (Send + Recv) pair on PROC_NULL: what the interpreter adds per one-way hop."""
         c, P = self.comm, self.MPI.PROC_NULL
@@ -297,6 +331,7 @@ def pairs(ids: list[int]) -> dict[str, int]:
 
 def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto",
         batch_ms: float | None = None, max_bytes: int = MAX_BYTES, collectives: bool = True,
+        burst_idle_ms: float = BURST_IDLE_MS,
         report=None) -> tuple[dict, dict]:
     """Measure; returns (tables, meta) on rank 0 and ({}, meta) elsewhere.
 
@@ -389,6 +424,9 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
                         pp_rows.append(comm.recv(source=other, tag=10))
                     else:
                         comm.send((placement, "recv_overhead", n, r, v), dest=0, tag=10)
+        if active:
+            _burst(be, comm, buf, pp_rows, placement, first, other, reps=3 if quick else 5,
+                   idle_s=burst_idle_ms * 1e-3, max_call_s=max_call_s, max_bytes=max_bytes)
         step += 1
         if active and first:
             for r in range(reps):
@@ -415,6 +453,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         "quick": quick,
         "batch_s": batch_s,
         "reps": reps,
+        "burst_idle_ms": burst_idle_ms,
         "window": WINDOW,
         "elapsed_s": time.perf_counter() - t_start,
         "transparent_hugepage": _thp(),
@@ -462,6 +501,36 @@ def _calibrate(be, comm, buf, sizes, batch_s, first, other, active, call, cap: i
         comm.send(iters, dest=other, tag=11)
         return iters
     return comm.recv(source=other, tag=11)
+
+
+def _burst(be, comm, buf, rows, placement, first, other, *, reps, idle_s, max_call_s, max_bytes) -> None:
+    """The ``burst`` rows: message + 1-byte acknowledgement after ``idle_s`` of silence.
+
+    Sizes 0, 16, 64, .. (powers of four) while the stream rate of this pair moves the message in
+    under a quarter of ``max_call_s``; the first rank decides and tells its partner."""
+    if first:
+        st = [(row[2], row[4]) for row in rows if row[0] == placement and row[1] == "stream"]
+        rate = 1e9
+        if st:
+            big = max(m for m, _ in st)
+            rate = big / float(np.median([t for m, t in st if m == big]))
+        sizes = [0] + [4**k for k in range(2, 13) if 4**k <= max_bytes and 4**k / rate <= max_call_s / 4]
+        comm.send(sizes, dest=other, tag=13)
+    else:
+        sizes = comm.recv(source=other, tag=13)
+    be.burst(buf, 1, first, other)  # compile / warm up
+    for r in range(reps):
+        for n in sizes:
+            if first:  # spin, not sleep: a sleeping rank wakes up slowly (~80 us here)
+                t_end = time.perf_counter() + idle_s
+                while time.perf_counter() < t_end:
+                    pass
+            # two empty round trips wake the path up (the first message after a pause was
+            # 20-40 us slower here even in shared memory) and take only headers from a bucket
+            be.pingpong(buf, 0, 2, first, other)
+            dt = be.burst(buf, n, first, other)
+            if first:
+                rows.append((placement, "burst", n, r, dt))
 
 
 def _go_on(comm, first, other, rep, t0, budget_s) -> bool:
@@ -557,6 +626,8 @@ def main(argv=None) -> int:
                         "auto: numba for a full run, Python for --quick")
     p.add_argument("--batch-ms", type=float, default=None, help="target duration of one repetition")
     p.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest ping-pong message")
+    p.add_argument("--burst-idle-ms", type=float, default=BURST_IDLE_MS,
+                   help="silence before each burst message (refills a token bucket of that many ms)")
     p.add_argument("--no-collectives", action="store_true")
     p.add_argument("--progress", action="store_true", help="print 'progress FRACTION MESSAGE' lines")
     args = p.parse_args(argv)
@@ -573,7 +644,7 @@ def main(argv=None) -> int:
             print(f"progress {f:.3f} {m}", flush=True)
 
     tables, meta = run(comm, quick=args.quick, node_map=args.node_map, backend=args.backend,
-                       batch_ms=args.batch_ms, max_bytes=args.max_bytes,
+                       batch_ms=args.batch_ms, max_bytes=args.max_bytes, burst_idle_ms=args.burst_idle_ms,
                        collectives=not args.no_collectives, report=report)
     if comm.Get_rank() == 0:
         meta["command"] = " ".join([sys.executable] + sys.argv)

@@ -113,3 +113,73 @@ def test_bad_input():
     with pytest.raises(ValueError, match="two message sizes"):
         fit_segments([1], [1e-6])
     assert fit_collectives(pd.DataFrame()) == ()
+
+
+def shaped_tables(rate=2.5e6, bucket=5000.0, line_bw=1e9, lat=10e-6, o_s=3e-6, o_r=2e-6):
+    """Raw tables of an inter-node link behind a token bucket, as the probe would record them:
+    the ping-pong from pmac's own replay in its steady state, stream and burst from the closed
+    forms (stream: m / rate per message; burst after silence: line time within the bucket,
+    (m - bucket) / rate beyond it, plus a 1-byte acknowledgement)."""
+    from pmac.profile import LinkModel, NetworkModel
+    from pmac.replay import ReplayOptions, replay
+    from pmac.trace import EVENTS, Op
+
+    inter = LinkModel(latency_s=lat, bandwidth_bytes_per_s=line_bw, eager_threshold_bytes=1 << 30,
+                      send_overhead_s=o_s, recv_overhead_s=o_r, shaper_rate_bytes_per_s=rate,
+                      shaper_burst_bytes=bucket)
+    net = NetworkModel(intra_node=inter.__class__(latency_s=1e-7, bandwidth_bytes_per_s=1e10,
+                                                  eager_threshold_bytes=1 << 30), inter_node=inter)
+
+    def pingpong(m, n):
+        rows = []
+        for i in range(n):
+            for r, (a, b) in enumerate(((Op.SEND, Op.RECV), (Op.RECV, Op.SEND))):
+                for j, op in enumerate((a, b)):
+                    send = op == Op.SEND
+                    rows.append(dict(rank=r, seq=2 * i + j, op=int(op), dest=1 - r if send else -1,
+                                     source=-1 if send else 1 - r, send_bytes=m if send else 0,
+                                     recv_bytes=0 if send else m))
+        ev = pd.DataFrame(rows)
+        for c in EVENTS.names:
+            if c not in ev:
+                ev[c] = -1 if c in ("dest", "source", "root", "request", "req_offset", "new_comm") else 0
+        ev = EVENTS.coerce(ev[list(EVENTS.names)])
+        return replay(ev, None, np.arange(2), net, ReplayOptions(), n_ranks=2).finish_s[0]
+
+    rows = []
+    sizes = [0] + [2**k for k in range(4, 21)]
+    for m in sizes:
+        one_way = (pingpong(m, 60) - pingpong(m, 40)) / 40
+        rows.append(("inter_node", "pingpong", m, 0, one_way))
+    for m in (1024, 4096, 16384, 65536):
+        rows.append(("inter_node", "stream", m, 0, m / rate))
+    ack = o_s + lat + o_r
+    for m in [0] + [4**k for k in range(2, 10)]:
+        wire = lat + m / line_bw if m <= bucket else lat + (m - bucket) / rate
+        rows.append(("inter_node", "burst", m, 0, o_s + wire + o_r + ack))
+    rows += [("inter_node", "send_overhead", 8, 0, o_s), ("inter_node", "recv_overhead", 8, 0, o_r)]
+    pp = pd.DataFrame(rows, columns=["placement", "test", "msg_bytes", "rep", "time_s"])
+    return {"pingpong": RAW_TABLES["pingpong"].coerce(pp)}
+
+
+def test_shaper_recovered_from_pingpong_stream_and_burst():
+    link = fit_network(shaped_tables()).inter_node
+    assert link.shaped
+    assert link.shaper_rate_bytes_per_s == pytest.approx(2.5e6, rel=1e-9)
+    # the largest ping-pong sizes start each turn with a full bucket: b exactly
+    assert link.shaper_burst_bytes == pytest.approx(5000.0, rel=1e-6)
+    assert link.bandwidth_bytes_per_s == pytest.approx(1e9, rel=1e-6)   # the burst slope
+    assert link.latency_s == pytest.approx(10e-6, rel=1e-6)
+    assert [s.bandwidth_bytes_per_s for s in link.segments] == [link.bandwidth_bytes_per_s]
+
+
+def test_unshaped_link_has_no_shaper():
+    tables = shaped_tables()
+    pp = tables["pingpong"]
+    # the same link without burst credit: the stream is never slower per message than the ping-pong
+    st = pp.test == "stream"
+    pp.loc[st, "time_s"] = pp[st].msg_bytes / 1e9
+    assert not fit_network({"pingpong": pp}).inter_node.shaped
+    # nor is an intra-node link ever taken as shaped
+    pp = tables["pingpong"].assign(placement="intra_node")
+    assert not fit_network({"pingpong": pp}).intra_node.shaped

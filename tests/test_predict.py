@@ -176,3 +176,27 @@ def test_persistent_requests_are_named_as_not_replayed():
     assert pp.unreplayed_starts(rows.iloc[[0, 2]], reqs.iloc[:1]) == 1   # its row is outside the table
     assert pp.unreplayed_starts(rows, None) == 2     # no requests table: cannot tell what they start
     assert not any("persistent" in n for n in pp.predict(sig, [two_level_profile()], burst_source="measured").notes)
+
+
+def test_measured_collectives_price_calls_from_the_profile_table(tmp_path, capsys):
+    """stream_mpi-n2-20000 makes 2000 allreduces of 8 B; on emu-tcp (one rank per node) with
+    --measured-collectives each takes the probe's measured 2-rank inter-node time, so the
+    communication and waiting add up to at least 2000 of them; by algorithm they cost less."""
+    from pathlib import Path
+
+    from pmac.profile import load_profile
+    from pmac.signature import load_signature
+
+    repo = Path(__file__).resolve().parents[1]
+    sig = load_signature(repo / "signatures" / "stream_mpi-n2-20000")
+    prof = load_profile(repo / "machines" / "emu-tcp.yaml")
+    table = {(c.op, c.msg_bytes, c.n_ranks, c.placement): c.time_s for c in prof.network.collectives}
+    t8 = table[("allreduce", 8, 2, "inter_node")]
+    meas = pp.predict(sig, [prof], burst_source="measured", measured_collectives=True).summary.iloc[0]
+    algo = pp.predict(sig, [prof], burst_source="measured").summary.iloc[0]
+    assert meas.comm_s + meas.wait_s >= 2000 * t8 * (1 - 1e-9)
+    assert algo.comm_s + algo.wait_s < meas.comm_s + meas.wait_s
+    assert main(["predict", str(repo / "signatures" / "stream_mpi-n2-20000"), str(repo / "machines" / "emu-tcp.yaml"),
+                 "--bursts", "measured", "--measured-collectives", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["predictions"][0]["summary"][0]
+    assert row["total_s"] == pytest.approx(meas.total_s, rel=1e-12)

@@ -438,6 +438,132 @@ def test_conservation_and_monotonicity_random_traces():
         np.testing.assert_allclose(rc.finish_s, rn.finish_s, rtol=1e-12)
 
 
+# ------------------------------------------------------------------ shaped links (token buckets)
+
+def shaped_net(rate, burst, **kw):
+    inter = link(shaper_rate_bytes_per_s=rate, shaper_burst_bytes=burst, **kw)
+    return NetworkModel(intra_node=link(), inter_node=inter)
+
+
+def test_shaper_stream_leaves_at_the_rate_after_the_bucket():
+    """K eager messages posted at once (o_s = 0): the bucket passes b bytes at once, the rest at
+    the rate r, so the last one leaves at (K m - b) / r and arrives L later."""
+    k, m, r, b = 10, 10_000, 1e6, 25_000
+    t = Trace(2)
+    hs = [t.isend(0, 1, m) for _ in range(k)]
+    t.waitall(0, hs)
+    hr = [t.irecv(1, 0, m) for _ in range(k)]
+    t.waitall(1, hr)
+    res = t.run(shaped_net(r, b, os_=0.0), np.arange(2))
+    assert res.finish_s[1] == approx((k * m - b) / r + L + OR)
+    # unshaped, the same stream is k times the line time at most
+    free = t.run(net1(os_=0.0), np.arange(2))
+    assert free.finish_s[1] == approx(L + m / B + OR)
+    # within one node the shaper does not apply (the intra-node link keeps o_s = OS per isend)
+    assert t.run(shaped_net(r, b, os_=0.0), np.zeros(2, np.int64)).finish_s[1] == approx(k * OS + L + m / B + OR)
+
+
+def _pingpong_trace(n, m, gap_s=0.0):
+    t = Trace(2)
+    for _ in range(n):
+        t.add(0, Op.SEND, dest=1, send_bytes=m, burst_s=gap_s)
+        t.add(0, Op.RECV, source=1, recv_bytes=m)
+        t.add(1, Op.RECV, source=0, recv_bytes=m)
+        t.add(1, Op.SEND, dest=0, send_bytes=m)
+    return t
+
+
+def _bucket_pingpong(n, m, r, b, gap_s=0.0):
+    """Reference: the ping-pong above, step by step, with one token bucket per sender."""
+    buckets = [[b, 0.0], [b, 0.0]]  # tokens, last departure
+
+    def arrive(q, ready):
+        tok, last = buckets[q]
+        t0 = max(ready, last)
+        tok = min(b, tok + (t0 - last) * r)
+        dep = t0 if m <= tok else t0 + (m - tok) / r
+        buckets[q] = [tok - m if m <= tok else 0.0, dep]
+        return t0 + max(L + m / B, dep - t0 + L)
+
+    c0 = c1 = 0.0
+    for _ in range(n):
+        c0 += gap_s
+        a = arrive(0, c0 + OS)
+        c0 += OS
+        c1 = max(c1, a) + OR
+        a = arrive(1, c1 + OS)
+        c1 += OS
+        c0 = max(c0, a) + OR
+    return c0, c1
+
+
+def test_shaper_pingpong_settles_at_half_the_rate():
+    """A ping-pong never idles: each side's bucket refills only while the other side sends, so
+    in the steady state each round trip takes m / r (one-way m / 2r, as measured through a tc
+    tbf), whatever the latency, once the bucket is drained."""
+    n, m, r, b = 200, 20_000, 1e6, 30_000
+    t = _pingpong_trace(n, m)
+    net = shaped_net(r, b)
+    res = t.run(net, np.arange(2))
+    ref0, ref1 = _bucket_pingpong(n, m, r, b)
+    assert res.finish_s[0] == approx(ref0)
+    assert res.finish_s[1] == approx(ref1)
+    tail = _pingpong_trace(n + 10, m).run(net, np.arange(2)).finish_s[0] - res.finish_s[0]
+    assert tail == approx(10 * m / r)
+    check_split(res)
+
+
+def test_shaper_sporadic_messages_pass_at_line_speed():
+    """Between messages longer than b / r of compute: the bucket is full again each time, so the
+    ping-pong costs exactly the unshaped closed form plus the compute."""
+    n, m, r, b = 20, 20_000, 1e6, 30_000
+    gap = 2 * b / r
+    t = _pingpong_trace(n, m, gap_s=gap)
+    res = t.run(shaped_net(r, b), np.arange(2))
+    assert res.finish_s[0] == approx(n * (gap + 2 * (OS + L + m / B + OR)))
+    assert res.finish_s[0] == approx(_bucket_pingpong(n, m, r, b, gap_s=gap)[0])
+
+
+def test_shaper_charges_each_message_of_a_collective_once():
+    """A two-rank allgather (recursive doubling) is one exchange: each rank's m bytes leave its
+    bucket once (the pair was once priced from both ends, draining the buckets twice)."""
+    m, r, b = 20_000, 1e6, 5_000
+    t = Trace(2)
+    t.coll(Op.ALLGATHER, m)
+    res = t.run(shaped_net(r, b), np.arange(2))
+    np.testing.assert_allclose(res.finish_s, OS + (m - b) / r + L + OR, rtol=REL)
+
+
+def test_shaper_monotone_in_rate_and_bucket():
+    rng = np.random.default_rng(11)
+    for trial in range(6):
+        p = int(rng.integers(2, 7))
+        t = random_trace(rng, p, 6)
+        place = np.arange(p) % 2
+        base = t.run(shaped_net(2e7, 50_000), place)
+        check_split(base)
+        assert np.all(t.run(net1(), place).finish_s <= base.finish_s * (1 + 1e-12)), trial
+        for slower in (shaped_net(1e7, 50_000), shaped_net(2e7, 10_000)):
+            assert np.all(t.run(slower, place).finish_s >= base.finish_s * (1 - 1e-12)), trial
+
+
+def test_shaper_fields_round_trip_and_intra_node_shaper_refused(tmp_path):
+    from pmac.errors import InputError
+    from pmac.profile import MachineProfile, load_profile, save_profile
+
+    prof = MachineProfile(name="shaped", network=shaped_net(2.5e6, 5000.0))
+    save_profile(prof, tmp_path / "shaped.yaml")
+    back = load_profile(tmp_path / "shaped.yaml")
+    assert back.network.inter_node.shaper_rate_bytes_per_s == 2.5e6
+    assert back.network.inter_node.shaper_burst_bytes == 5000.0
+    assert back.network.inter_node.shaped and not back.network.intra_node.shaped
+    with pytest.raises(ValueError, match="go together"):
+        link(shaper_rate_bytes_per_s=1e6)
+    bad = NetworkModel(intra_node=link(shaper_rate_bytes_per_s=1e6, shaper_burst_bytes=0.0), inter_node=link())
+    with pytest.raises(InputError, match="intra_node link has a shaper"):
+        _pingpong_trace(2, 10).run(bad, np.arange(2))
+
+
 # ------------------------------------------------------------------ deadlocks
 
 def test_deadlock_names_ranks_and_calls():
@@ -644,3 +770,30 @@ def test_preparation_tables_that_fill_up_are_retried_with_the_same_result():
         np.testing.assert_array_equal(a, b)
     assert P.match(kind, cols["rank"], cols["dest"], cols["source"], cols["comm"], cols["send_tag"],
                    cols["recv_tag"], ps, pr, 2)[1] == P.OVERFLOW
+
+
+def test_stale_numba_caches_of_layout_readers_are_dropped():
+    """numba does not see a layout constant of pmac.collectives change in the modules that read
+    it: their caches older than collectives.py go at import (drop_stale_caches)."""
+    import os
+    from pathlib import Path
+
+    from pmac import collectives as C
+
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        pytest.skip("numba caches elsewhere (NUMBA_CACHE_DIR)")
+    cache = Path(C.__file__).parent / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    stamp = Path(C.__file__).stat().st_mtime
+    old = cache / "replay_passes.pmac_test_stale-1.py3.nbi"
+    new = cache / "replay_core.pmac_test_fresh-1.py3.nbi"
+    other = cache / "reuse.pmac_test_other-1.py3.nbi"
+    try:
+        for f, t in ((old, stamp - 100), (new, stamp + 100), (other, stamp - 100)):
+            f.write_bytes(b"")
+            os.utime(f, (t, t))
+        assert C.drop_stale_caches() >= 1
+        assert not old.exists() and new.exists() and other.exists()
+    finally:
+        for f in (old, new, other):
+            f.unlink(missing_ok=True)

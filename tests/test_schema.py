@@ -30,7 +30,7 @@ def test_profile_round_trip(tmp_path):
     save_profile(p, path)
     assert load_profile(path) == p
     text = path.read_text()
-    assert text.startswith("kind: pmac.machine\nschema_version: 2\n")
+    assert text.startswith("kind: pmac.machine\nschema_version: 3\n")
 
 
 def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
@@ -40,7 +40,8 @@ def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
     p = small_profile()
     path = tmp_path / "m1.yaml"
     save_profile(p, path)
-    old = path.read_text().replace("schema_version: 2", "schema_version: 1")
+    old = path.read_text().replace("schema_version: 3", "schema_version: 1")
+    assert "schema_version: 1" in old
     (tmp_path / "v1.yaml").write_text(old)
     back = load_profile(tmp_path / "v1.yaml")
     assert back == p and back.node.compute.divsqrt_per_s is None
@@ -48,6 +49,17 @@ def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
         p.node, compute=dataclasses.replace(p.node.compute, divsqrt_per_s=4.5e8)))
     save_profile(with_rate, tmp_path / "v2.yaml")
     assert load_profile(tmp_path / "v2.yaml").node.compute.divsqrt_per_s == 4.5e8
+
+
+def test_version_2_profile_loads_unshaped(tmp_path):
+    """Version 3 added the links' token-bucket shaper (optional): the shipped version-2 files
+    (machines/devbox.yaml) load with unshaped links."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "machines" / "devbox.yaml"
+    assert read_yaml(path)["schema_version"] == 2
+    prof = load_profile(path)
+    assert prof.network.intra_node is not None and not prof.network.intra_node.shaped
 
 
 def test_floats_without_dot_read_back_as_floats(tmp_path):
@@ -71,7 +83,7 @@ def test_unknown_key_is_an_error_naming_file_and_key(tmp_path):
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "new.yaml"
     save_profile(small_profile(), path)
-    path.write_text(path.read_text().replace("schema_version: 2", "schema_version: 99"))
+    path.write_text(path.read_text().replace("schema_version: 3", "schema_version: 99"))
     with pytest.raises(SchemaVersionError, match="newer than this pmac"):
         load_profile(path)
 

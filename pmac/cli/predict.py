@@ -27,6 +27,9 @@ def add_arguments(p):
                    help="burst times from the memory signature (convolved) or as measured (default: auto = "
                         "memory when traced)")
     p.add_argument("--contention", action="store_true", help="model link contention on the profile's topology")
+    p.add_argument("--measured-collectives", action="store_true",
+                   help="price collectives from the profile's measured collective times where they cover "
+                        "the operation, rank count, placement and size (else by algorithm)")
     p.add_argument("--per-rank", action="store_true", help="also print each rank's split")
     p.add_argument("--critical-path", action="store_true", help="also print the critical path")
     fmt = p.add_mutually_exclusive_group()
@@ -177,7 +180,8 @@ def run(args) -> int:
                 usable.append(prof)
         if usable:
             preds.append(predict(sig, usable, ranks_per_node=args.ranks_per_node, burst_source=args.bursts,
-                                 contention=args.contention, timeline=bool(args.timeline)))
+                                 contention=args.contention, timeline=bool(args.timeline),
+                                 measured_collectives=args.measured_collectives))
     if args.json:
         doc = {"predictions": [{"signature": p.signature, "summary": _records(p.summary),
                                 "per_rank": _records(p.per_rank), "critical_path": _records(p.critical_path),
