@@ -250,6 +250,23 @@ class LinkModel:
     def shaped(self) -> bool:
         return self.shaper_rate_bytes_per_s is not None
 
+    def pingpong_one_way_s(self, msg_bytes: Any) -> np.ndarray:
+        """One-way time of a two-rank ping-pong in its steady state, overheads included: what the
+        network probe measures (half a round trip). Unshaped: ``W(m) + o_s + o_r``. Behind a
+        shaper each side's bucket refills only during the other side's turn, so below two buckets
+        a round trip takes m / r (one-way m / 2r, latency hidden in the token wait); above, each
+        turn starts with a full bucket: ``W(0) + o + (m - b) / r``; never below the line. Above the
+        eager threshold the rendezvous handshake adds ``2 W(0)`` (as the replay prices it; the
+        steady state is reached once a full bucket has drained, ~b / (m - 2 r W(m)) round trips)."""
+        m = np.asarray(msg_bytes, dtype=np.float64)
+        w0 = float(self.transfer_time_s(0.0))
+        o = self.send_overhead_s + self.recv_overhead_s + np.where(m > self.eager_threshold_bytes, 2 * w0, 0.0)
+        t = self.transfer_time_s(m) + o
+        if not self.shaped:
+            return t
+        r, b = self.shaper_rate_bytes_per_s, self.shaper_burst_bytes
+        return np.maximum.reduce([t, m / (2 * r), w0 + o + (m - b) / r])
+
     def transfer_time_s(self, msg_bytes: Any) -> np.ndarray:
         """One-way wire time (excluding send/recv overheads) for an array of message sizes."""
         m = np.asarray(msg_bytes, dtype=np.float64)

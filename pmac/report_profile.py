@@ -152,8 +152,8 @@ def plot_profile(profile: MachineProfile, path: str | Path) -> None:
                 ok = m > 0
                 ax.plot(m[ok], t[ok] * 1e6, "o", ms=3, label=f"{label} measured")
                 mm = np.geomspace(max(1.0, m[ok].min()), m.max(), 200)
-                fit = link.transfer_time_s(mm) + link.send_overhead_s + link.recv_overhead_s
-                ax.plot(mm, fit * 1e6, "-", lw=1, label=f"{label} fit")
+                fit = link.pingpong_one_way_s(mm)
+                ax.plot(mm, fit * 1e6, "-", lw=1, label=f"{label} fit" + (" (shaped)" if link.shaped else ""))
                 for s in link.segments[1:]:
                     ax.axvline(s.min_bytes, color="grey", ls=":", lw=0.8)
             ax.set_xscale("log", base=2)

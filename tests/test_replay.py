@@ -513,6 +513,22 @@ def test_shaper_pingpong_settles_at_half_the_rate():
     check_split(res)
 
 
+@pytest.mark.parametrize("m", [0, 100, 5_000, 20_000, 59_000, 61_000, 200_000])
+def test_shaper_pingpong_closed_form_is_the_replays_steady_state(m):
+    """LinkModel.pingpong_one_way_s (what pmac show plots against the probe's curve) equals the
+    replay's steady state: max(line, m / 2r, W(0) + o + (m - b) / r)."""
+    r, b = 1e6, 30_000
+    net = shaped_net(r, b)
+    n = 2000  # 100 B messages drain the 30 kB bucket by ~97 B a round trip: 309 round trips
+    steady = (_pingpong_trace(n + 100, m).run(net, np.arange(2)).finish_s[0]
+              - _pingpong_trace(n, m).run(net, np.arange(2)).finish_s[0]) / 200
+    assert float(net.inter_node.pingpong_one_way_s(m)) == approx(steady)
+    hs = 2 * L if m > 65536 else 0.0   # rendezvous: request-to-send / clear-to-send
+    assert float(net.intra_node.pingpong_one_way_s(m)) == approx(OS + L + m / B + OR + hs)
+    free = _pingpong_trace(3, m).run(net1(), np.arange(2)).finish_s[0] / 6
+    assert float(net1().inter_node.pingpong_one_way_s(m)) == approx(free)
+
+
 def test_shaper_sporadic_messages_pass_at_line_speed():
     """Between messages longer than b / r of compute: the bucket is full again each time, so the
     ping-pong costs exactly the unshaped closed form plus the compute."""
