@@ -52,14 +52,17 @@ def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
 
 
 def test_version_2_profile_loads_unshaped(tmp_path):
-    """Version 3 added the links' token-bucket shaper (optional): the shipped version-2 files
-    (machines/devbox.yaml) load with unshaped links."""
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "machines" / "devbox.yaml"
-    assert read_yaml(path)["schema_version"] == 2
-    prof = load_profile(path)
-    assert prof.network.intra_node is not None and not prof.network.intra_node.shaped
+    """Version 3 added the links' token-bucket shaper (optional): a version-2 file (no shaper
+    keys) loads with unshaped links."""
+    p = small_profile()
+    save_profile(p, tmp_path / "v3.yaml")
+    text = (tmp_path / "v3.yaml").read_text()
+    assert "shaper_rate_bytes_per_s" in text
+    v2 = "".join(line for line in text.splitlines(keepends=True) if "shaper_" not in line)
+    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 3", "schema_version: 2"))
+    back = load_profile(tmp_path / "v2.yaml")
+    links = [ln for ln in (back.network.intra_node, back.network.inter_node) if ln is not None]
+    assert back == p and links and not any(ln.shaped for ln in links)
 
 
 def test_floats_without_dot_read_back_as_floats(tmp_path):
