@@ -205,28 +205,14 @@ def test_shipped_shaped_profiles_replay_their_own_pingpong():
     the probe's curve stored in the profile, 16 KiB to 1 MiB (below, TCP/IP headers take tokens
     the model does not count: 64 B at 20 Mbit/s measures 29 us, the model 16)."""
     import numpy as np
-    import pandas as pd
+    from synth import pingpong_signature
 
     from pmac.profile import load_profile
-    from pmac.replay import ReplayOptions, replay
-    from pmac.trace import EVENTS, Op
+    from pmac.replay import replay_signature
 
     def pingpong_s(net, m, n):
-        rows = []
-        for i in range(n):
-            for r in (0, 1):
-                ops = (Op.SEND, Op.RECV) if r == 0 else (Op.RECV, Op.SEND)
-                for j, op in enumerate(ops):
-                    send = op == Op.SEND
-                    rows.append(dict(rank=r, seq=2 * i + j, op=int(op), dest=1 - r if send else -1,
-                                     source=-1 if send else 1 - r, send_bytes=m if send else 0,
-                                     recv_bytes=0 if send else m))
-        ev = pd.DataFrame(rows)
-        for c in EVENTS.names:
-            if c not in ev:
-                ev[c] = -1 if c in ("root", "request", "req_offset", "new_comm") else 0
-        return replay(EVENTS.coerce(ev[list(EVENTS.names)]), None, np.arange(2), net, ReplayOptions(),
-                      n_ranks=2).finish_s[0]
+        return replay_signature(pingpong_signature(n_iter=n, msg_bytes=m, burst_s=0.0), None, np.arange(2),
+                                net).finish_s[0]
 
     for name in ("emu-tcp-1gbit", "emu-tcp-200mbit", "emu-tcp-20mbit"):
         prof = load_profile(MACHINES / f"{name}.yaml")

@@ -120,9 +120,10 @@ def shaped_tables(rate=2.5e6, bucket=5000.0, line_bw=1e9, lat=10e-6, o_s=3e-6, o
     the ping-pong from pmac's own replay in its steady state, stream and burst from the closed
     forms (stream: m / rate per message; burst after silence: line time within the bucket,
     (m - bucket) / rate beyond it, plus a 1-byte acknowledgement)."""
+    from synth import pingpong_signature
+
     from pmac.profile import LinkModel, NetworkModel
-    from pmac.replay import ReplayOptions, replay
-    from pmac.trace import EVENTS, Op
+    from pmac.replay import replay_signature
 
     inter = LinkModel(latency_s=lat, bandwidth_bytes_per_s=line_bw, eager_threshold_bytes=1 << 30,
                       send_overhead_s=o_s, recv_overhead_s=o_r, shaper_rate_bytes_per_s=rate,
@@ -131,20 +132,8 @@ def shaped_tables(rate=2.5e6, bucket=5000.0, line_bw=1e9, lat=10e-6, o_s=3e-6, o
                                                   eager_threshold_bytes=1 << 30), inter_node=inter)
 
     def pingpong(m, n):
-        rows = []
-        for i in range(n):
-            for r, (a, b) in enumerate(((Op.SEND, Op.RECV), (Op.RECV, Op.SEND))):
-                for j, op in enumerate((a, b)):
-                    send = op == Op.SEND
-                    rows.append(dict(rank=r, seq=2 * i + j, op=int(op), dest=1 - r if send else -1,
-                                     source=-1 if send else 1 - r, send_bytes=m if send else 0,
-                                     recv_bytes=0 if send else m))
-        ev = pd.DataFrame(rows)
-        for c in EVENTS.names:
-            if c not in ev:
-                ev[c] = -1 if c in ("dest", "source", "root", "request", "req_offset", "new_comm") else 0
-        ev = EVENTS.coerce(ev[list(EVENTS.names)])
-        return replay(ev, None, np.arange(2), net, ReplayOptions(), n_ranks=2).finish_s[0]
+        return replay_signature(pingpong_signature(n_iter=n, msg_bytes=m, burst_s=0.0), None, np.arange(2),
+                                net).finish_s[0]
 
     rows = []
     sizes = [0] + [2**k for k in range(4, 21)]
