@@ -69,9 +69,10 @@ ALLTOALL_MIN_PROCS = 8
  NI_NODE_HOST, NI_ROUTE_OFF, NI_ROUTE_LINKS, NI_LINK_INV_BW, NI_LINK_FREE, NI_ROUTE_LAT, NI_ROUTE_INV_BW,
  NI_SHAPED, NI_NODE_TOKENS, NI_NODE_LAST, NI_HEADER) = range(19)
 # nf (float64) layout: per link kind (0 intra, 1 inter) send/recv overhead and eager threshold,
-# the inter-node shaper (seconds per byte of its rate, bucket bytes), then the segment tables
+# the inter-node shaper (seconds per byte of its rate, bucket bytes, header bytes per message),
+# then the segment tables
 # (lo, latency, bandwidth; S columns per link kind) from NF_SEG
-NF_O_S, NF_O_R, NF_EAGER, NF_SHAPE_INV_RATE, NF_SHAPE_BURST, NF_SEG = 0, 2, 4, 6, 7, 8
+NF_O_S, NF_O_R, NF_EAGER, NF_SHAPE_INV_RATE, NF_SHAPE_BURST, NF_SHAPE_HEADER, NF_SEG = 0, 2, 4, 6, 7, 8, 9
 
 #: modules whose numba code reads the layout above as compile-time constants
 LAYOUT_READERS = ("replay_core", "replay_passes", "replay")
@@ -108,8 +109,8 @@ def pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, node_host, n_hos
          route_off, route_links, link_inv_bw, route_lat, route_inv_bw, shaper=None):
     """The ``(nf, ni)`` net of the given parts (per-link-kind pairs; [2, S] segment tables).
 
-    ``shaper``: ``(rate_bytes_per_s, burst_bytes)`` of every node's inter-node egress, or None.
-    Each node's bucket starts full."""
+    ``shaper``: ``(rate_bytes_per_s, burst_bytes, header_bytes)`` of every node's inter-node
+    egress, or None. Each node's bucket starts full."""
     s = seg_lo.shape[1]
     n_nodes = len(node_host)
     head = np.zeros(NI_HEADER, np.int64)
@@ -117,13 +118,13 @@ def pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, node_host, n_hos
     head[NI_NSEG0], head[NI_NSEG1] = nseg
     head[NI_S], head[NI_N_HOSTS] = s, n_hosts
     head[NI_SHAPED] = int(shaper is not None)
-    rate, burst = shaper if shaper is not None else (np.inf, 0.0)
+    rate, burst, header = shaper if shaper is not None else (np.inf, 0.0, 0.0)
     ni_parts = [head, np.asarray(node_host, np.int64), np.asarray(route_off, np.int64),
                 np.asarray(route_links, np.int64)]
     off = np.cumsum([0] + [a.size for a in ni_parts])
     head[NI_NODE_HOST], head[NI_ROUTE_OFF], head[NI_ROUTE_LINKS] = off[1], off[2], off[3]
     nf_parts = [np.asarray(o_s, float), np.asarray(o_r, float), np.asarray(eager, float),
-                np.array([1.0 / rate, burst]),
+                np.array([1.0 / rate, burst, header]),
                 seg_lo.ravel(), seg_lat.ravel(), seg_bw.ravel(), np.asarray(link_inv_bw, float),
                 np.zeros(len(link_inv_bw)), np.asarray(route_lat, float), np.asarray(route_inv_bw, float),
                 np.full(n_nodes, float(burst)), np.zeros(n_nodes)]
@@ -198,11 +199,12 @@ def transfer(net, src_node, dst_node, m, ready):
         t0 = max(ready, nf[kl])
         burst = nf[NF_SHAPE_BURST]
         tok = min(burst, nf[kt] + (t0 - nf[kl]) / nf[NF_SHAPE_INV_RATE])
-        if m <= tok:
+        need = m + nf[NF_SHAPE_HEADER]
+        if need <= tok:
             dep = t0
-            tok -= m
+            tok -= need
         else:
-            dep = t0 + (m - tok) * nf[NF_SHAPE_INV_RATE]
+            dep = t0 + (need - tok) * nf[NF_SHAPE_INV_RATE]
             tok = 0.0
         nf[kt] = tok
         nf[kl] = dep

@@ -22,7 +22,10 @@ r is the stream rate of the largest window; b follows from the largest ping-pong
 start each turn with a full bucket: one-way(m) = one-way(0) + (m - b) / r; the line under the
 shaper has the ping-pong's 0-byte latency and the slope of the ``burst`` curve within the bucket
 (a least-squares slope, so the first message's wake-up cost after the silence, 10-60 us here,
-cancels; it is noisy, and bounded below by twice the rate).
+cancels; it is noisy, and bounded below by twice the rate). Headers take tokens too: where even
+small ping-pongs are drained (a slow rate), an empty message's one-way time is H / 2r, which gives
+the header tokens H per message (78-79 B of TCP/IP and MPI headers at 20 Mbit/s, every size from
+64 B to 1 KiB); where they are not, H is not seen and does not matter (0).
 
 The link fit is a piecewise ``latency + bytes / bandwidth`` model. Break points are chosen
 among the measured sizes by exhaustive search over 1..``max_segments`` segments, each fitted
@@ -233,17 +236,19 @@ def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
     shaper = fit_shaper(m, t, st, sel[sel.test == "burst"]) if placement == "inter_node" else None
     if shaper is None:
         return model
-    rate, burst, line_bw = shaper
+    rate, burst, line_bw, header = shaper
     lat = max(float(t[0]) - o_s - o_r, 0.0)
     line = LinkSegment(min_bytes=0.0, max_bytes=2.0**62, latency_s=lat, bandwidth_bytes_per_s=line_bw)
     return dataclasses.replace(model, latency_s=lat, bandwidth_bytes_per_s=line_bw, segments=(line,),
-                               shaper_rate_bytes_per_s=rate, shaper_burst_bytes=burst)
+                               shaper_rate_bytes_per_s=rate, shaper_burst_bytes=burst,
+                               shaper_header_bytes=header)
 
 
 def fit_shaper(m: np.ndarray, t: np.ndarray, stream: pd.DataFrame,
-               burst: pd.DataFrame) -> tuple[float, float, float] | None:
-    """(rate, bucket bytes, line bandwidth) of a token-bucket shaper, or None when the link
-    shows none (see the module doc). ``m``, ``t``: the ping-pong curve (sorted by size)."""
+               burst: pd.DataFrame) -> tuple[float, float, float, float] | None:
+    """(rate, bucket bytes, line bandwidth, header bytes per message) of a token-bucket shaper,
+    or None when the link shows none (see the module doc). ``m``, ``t``: the ping-pong curve
+    (sorted by size)."""
     if stream.empty or m.size < 4:
         return None
     sm, stt = _median_by_size(stream)
@@ -258,6 +263,15 @@ def fit_shaper(m: np.ndarray, t: np.ndarray, stream: pd.DataFrame,
     b = float(np.median(np.maximum(m[top] - rate * (t[top] - t[0]), 0.0)))
     if m[-1] < 4 * b:  # the largest message does not see past the bucket: cannot tell
         return None
+    # header tokens: where the small ping-pong is drained, one-way = (m + H) / 2r, so an empty
+    # message takes H / 2r; drained means a small size costs its payload at 2r on top of it
+    header = 0.0
+    small = np.flatnonzero((m > 0) & (m <= min(b / 4, 256.0)))
+    if m[0] == 0 and small.size:
+        k = small[-1]
+        if t[k] - t[0] >= 0.8 * m[k] / (2 * rate):
+            header = float(2 * rate * t[0])
+    b += header  # the largest messages took their header tokens too
     line_bw = 1e30  # no size inside the bucket to tell the line's bandwidth: a flat line
     if not burst.empty:
         bm, bt = _median_by_size(burst)
@@ -267,7 +281,7 @@ def fit_shaper(m: np.ndarray, t: np.ndarray, stream: pd.DataFrame,
             if slope > 0:
                 line_bw = 1.0 / slope
     # the fingerprint needs a line well above the rate: never less than twice it
-    return rate, b, max(line_bw, 2.0 * rate)
+    return rate, b, max(line_bw, 2.0 * rate), header
 
 
 def relative_noise(rows: pd.DataFrame) -> float:

@@ -29,8 +29,9 @@ register_kind(KIND, 3, {1: "first version: node (caches, memory, compute, curves
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
                            "per second; version 1 files have none",
-                        3: "network links: shaper_rate_bytes_per_s and shaper_burst_bytes (optional, "
-                           "a token-bucket egress limit); version 2 files have none (unshaped)"},
+                        3: "network links: shaper_rate_bytes_per_s, shaper_burst_bytes and "
+                           "shaper_header_bytes (optional, a token-bucket egress limit); version 2 files "
+                           "have none (unshaped)"},
               migrations={1: lambda body: body, 2: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
@@ -228,6 +229,8 @@ class LinkModel:
     #: allowance). ``segments`` then describe the line without the shaper.
     shaper_rate_bytes_per_s: float | None = None
     shaper_burst_bytes: float | None = None
+    #: tokens a message takes beyond its payload (protocol headers; None or 0: payload only)
+    shaper_header_bytes: float | None = None
 
     def __post_init__(self):
         _positive("latency_s", self.latency_s, allow_zero=True)
@@ -245,6 +248,9 @@ class LinkModel:
             raise ValueError("shaper_rate_bytes_per_s and shaper_burst_bytes go together")
         _positive("shaper_rate_bytes_per_s", self.shaper_rate_bytes_per_s)
         _positive("shaper_burst_bytes", self.shaper_burst_bytes, allow_zero=True)
+        _positive("shaper_header_bytes", self.shaper_header_bytes, allow_zero=True)
+        if self.shaper_header_bytes is not None and self.shaper_rate_bytes_per_s is None:
+            raise ValueError("shaper_header_bytes needs shaper_rate_bytes_per_s")
 
     @property
     def shaped(self) -> bool:
@@ -255,7 +261,8 @@ class LinkModel:
         network probe measures (half a round trip). Unshaped: ``W(m) + o_s + o_r``. Behind a
         shaper each side's bucket refills only during the other side's turn, so below two buckets
         a round trip takes m / r (one-way m / 2r, latency hidden in the token wait); above, each
-        turn starts with a full bucket: ``W(0) + o + (m - b) / r``; never below the line. Above the
+        turn starts with a full bucket: ``W(0) + o + (m - b) / r``; never below the line (m counts
+        the message's header tokens too). Above the
         eager threshold the rendezvous handshake adds ``2 W(0)`` (as the replay prices it; the
         steady state is reached once a full bucket has drained, ~b / (m - 2 r W(m)) round trips)."""
         m = np.asarray(msg_bytes, dtype=np.float64)
@@ -265,7 +272,8 @@ class LinkModel:
         if not self.shaped:
             return t
         r, b = self.shaper_rate_bytes_per_s, self.shaper_burst_bytes
-        return np.maximum.reduce([t, m / (2 * r), w0 + o + (m - b) / r])
+        tokens = m + (self.shaper_header_bytes or 0.0)
+        return np.maximum.reduce([t, tokens / (2 * r), w0 + o + (tokens - b) / r])
 
     def transfer_time_s(self, msg_bytes: Any) -> np.ndarray:
         """One-way wire time (excluding send/recv overheads) for an array of message sizes."""

@@ -176,7 +176,8 @@ def pack_network(network: NetworkModel, placement: np.ndarray, options: ReplayOp
     n_nodes = int(placement.max()) + 1 if placement.size else 1
     if intra.shaped and intra is network.intra_node:
         raise InputError("the intra_node link has a shaper: pmac shapes only inter-node egress")
-    shaper = (inter.shaper_rate_bytes_per_s, inter.shaper_burst_bytes) if inter.shaped else None
+    shaper = ((inter.shaper_rate_bytes_per_s, inter.shaper_burst_bytes, inter.shaper_header_bytes or 0.0)
+              if inter.shaped else None)
     if options.topology is not None:
         topo = options.topology
         if n_nodes > topo.n_hosts:

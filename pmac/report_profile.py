@@ -26,7 +26,8 @@ def _link_lines(label: str, link: LinkModel) -> list[str]:
     if link.shaped:
         out.append(f"    shaper: token bucket on each node's egress, rate "
                    f"{fq(link.shaper_rate_bytes_per_s, 'bytes_per_s')}, bucket {fq(link.shaper_burst_bytes, 'bytes')}"
-                   " (the segments below are the line under it)")
+                   + (f", {link.shaper_header_bytes:.0f} B of header tokens a message" if link.shaper_header_bytes
+                      else "") + " (the segments below are the line under it)")
     for s in link.segments:
         hi = "inf" if s.max_bytes >= 2.0**60 else fq(s.max_bytes, "bytes")
         out.append(f"    [{fq(s.min_bytes, 'bytes')}, {hi}): {fq(s.latency_s, 's')} + bytes / "

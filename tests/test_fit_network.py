@@ -115,7 +115,7 @@ def test_bad_input():
     assert fit_collectives(pd.DataFrame()) == ()
 
 
-def shaped_tables(rate=2.5e6, bucket=5000.0, line_bw=1e9, lat=10e-6, o_s=3e-6, o_r=2e-6):
+def shaped_tables(rate=2.5e6, bucket=5000.0, line_bw=1e9, lat=10e-6, o_s=3e-6, o_r=2e-6, header=None):
     """Raw tables of an inter-node link behind a token bucket, as the probe would record them:
     the ping-pong from pmac's own replay in its steady state, stream and burst from the closed
     forms (stream: m / rate per message; burst after silence: line time within the bucket,
@@ -127,7 +127,7 @@ def shaped_tables(rate=2.5e6, bucket=5000.0, line_bw=1e9, lat=10e-6, o_s=3e-6, o
 
     inter = LinkModel(latency_s=lat, bandwidth_bytes_per_s=line_bw, eager_threshold_bytes=1 << 30,
                       send_overhead_s=o_s, recv_overhead_s=o_r, shaper_rate_bytes_per_s=rate,
-                      shaper_burst_bytes=bucket)
+                      shaper_burst_bytes=bucket, shaper_header_bytes=header)
     net = NetworkModel(intra_node=inter.__class__(latency_s=1e-7, bandwidth_bytes_per_s=1e10,
                                                   eager_threshold_bytes=1 << 30), inter_node=inter)
 
@@ -138,7 +138,7 @@ def shaped_tables(rate=2.5e6, bucket=5000.0, line_bw=1e9, lat=10e-6, o_s=3e-6, o
     rows = []
     sizes = [0] + [2**k for k in range(4, 21)]
     for m in sizes:
-        one_way = (pingpong(m, 60) - pingpong(m, 40)) / 40
+        one_way = (pingpong(m, 300) - pingpong(m, 200)) / 200   # steady: the bucket has drained
         rows.append(("inter_node", "pingpong", m, 0, one_way))
     for m in (1024, 4096, 16384, 65536):
         rows.append(("inter_node", "stream", m, 0, m / rate))
@@ -160,6 +160,17 @@ def test_shaper_recovered_from_pingpong_stream_and_burst():
     assert link.bandwidth_bytes_per_s == pytest.approx(1e9, rel=1e-6)   # the burst slope
     assert link.latency_s == pytest.approx(10e-6, rel=1e-6)
     assert [s.bandwidth_bytes_per_s for s in link.segments] == [link.bandwidth_bytes_per_s]
+    assert not link.shaper_header_bytes  # the fast line refills an empty message's tokens: H unseen
+
+
+def test_shaper_header_tokens_recovered():
+    """200 B of header tokens a message drain even empty ping-pongs (one-way H / 2r = 40 us over a
+    15 us line): the fit reads H off the 0-byte point; the bucket comes out within the line
+    time's worth of tokens (b + H/2 - r (W(0) + o))."""
+    link = fit_network(shaped_tables(header=200.0)).inter_node
+    assert link.shaper_header_bytes == pytest.approx(200.0, rel=1e-6)
+    assert link.shaper_burst_bytes == pytest.approx(5000.0 + 100.0 - 2.5e6 * 15e-6, rel=1e-6)
+    assert link.shaper_rate_bytes_per_s == pytest.approx(2.5e6, rel=1e-9)
 
 
 def test_unshaped_link_has_no_shaper():

@@ -440,8 +440,8 @@ def test_conservation_and_monotonicity_random_traces():
 
 # ------------------------------------------------------------------ shaped links (token buckets)
 
-def shaped_net(rate, burst, **kw):
-    inter = link(shaper_rate_bytes_per_s=rate, shaper_burst_bytes=burst, **kw)
+def shaped_net(rate, burst, header=None, **kw):
+    inter = link(shaper_rate_bytes_per_s=rate, shaper_burst_bytes=burst, shaper_header_bytes=header, **kw)
     return NetworkModel(intra_node=link(), inter_node=inter)
 
 
@@ -513,12 +513,13 @@ def test_shaper_pingpong_settles_at_half_the_rate():
     check_split(res)
 
 
+@pytest.mark.parametrize("header", [None, 80.0])
 @pytest.mark.parametrize("m", [0, 100, 5_000, 20_000, 59_000, 61_000, 200_000])
-def test_shaper_pingpong_closed_form_is_the_replays_steady_state(m):
+def test_shaper_pingpong_closed_form_is_the_replays_steady_state(m, header):
     """LinkModel.pingpong_one_way_s (what pmac show plots against the probe's curve) equals the
-    replay's steady state: max(line, m / 2r, W(0) + o + (m - b) / r)."""
+    replay's steady state: max(line, n / 2r, W(0) + o + (n - b) / r), n = m + header tokens."""
     r, b = 1e6, 30_000
-    net = shaped_net(r, b)
+    net = shaped_net(r, b, header)
     n = 2000  # 100 B messages drain the 30 kB bucket by ~97 B a round trip: 309 round trips
     steady = (_pingpong_trace(n + 100, m).run(net, np.arange(2)).finish_s[0]
               - _pingpong_trace(n, m).run(net, np.arange(2)).finish_s[0]) / 200
@@ -527,6 +528,19 @@ def test_shaper_pingpong_closed_form_is_the_replays_steady_state(m):
     assert float(net.intra_node.pingpong_one_way_s(m)) == approx(OS + L + m / B + OR + hs)
     free = _pingpong_trace(3, m).run(net1(), np.arange(2)).finish_s[0] / 6
     assert float(net1().inter_node.pingpong_one_way_s(m)) == approx(free)
+
+
+def test_shaper_header_tokens_make_empty_messages_cost():
+    """Each message also takes its header tokens: K empty messages posted at once (o_s = 0)
+    leave the bucket empty after b / H of them; the last leaves at (K H - b) / r."""
+    k, h, r, b = 100, 80.0, 1e6, 2_000
+    t = Trace(2)
+    hs = [t.isend(0, 1, 0) for _ in range(k)]
+    t.waitall(0, hs)
+    hr = [t.irecv(1, 0, 0) for _ in range(k)]
+    t.waitall(1, hr)
+    res = t.run(shaped_net(r, b, h, os_=0.0), np.arange(2))
+    assert res.finish_s[1] == approx((k * h - b) / r + L + OR)
 
 
 def test_shaper_sporadic_messages_pass_at_line_speed():
