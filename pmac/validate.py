@@ -51,3 +51,19 @@ def error_table(df: pd.DataFrame, by: str | Sequence[str] | None = None) -> pd.D
             rows.append(_summarise(name, g["error_pct"].to_numpy()))
     rows.append(_summarise("all", e["error_pct"].to_numpy()))
     return pd.DataFrame(rows, columns=list(ERROR_COLUMNS))
+
+
+def timed_compute_s(events: pd.DataFrame) -> float:
+    """Compute time inside an example program's timed loop (after its first Barrier, up to the
+    Reduce of the timing; examples/cases.py), max over ranks: what a disturbed machine inflates,
+    and how bench/make_signatures and bench/validate_emulated pick the median of several traces."""
+    from .trace import Op
+
+    worst = 0.0
+    for _, g in events.groupby("rank"):
+        ops = g["op"].to_numpy()
+        b = g.index[ops == int(Op.BARRIER)]
+        r = g.index[ops == int(Op.REDUCE)]
+        if len(b) and len(r):
+            worst = max(worst, float(g.loc[b[0] + 1: r[-1], "burst_s"].sum()))
+    return worst

@@ -101,3 +101,20 @@ def test_overlap_probe_samples_by_hand():
     assert beta == pytest.approx(0.3, rel=1e-9) and rms == pytest.approx(0.0, abs=1e-9)
     with pytest.raises(InputError, match="no overlap-probe repetitions"):
         samples_from_probe(prof, raw.iloc[:0])
+
+
+def test_timed_compute_s_is_the_max_over_ranks_of_bursts_between_barrier_and_reduce():
+    """pmac.validate.timed_compute_s: per rank, the bursts after the first BARRIER up to the last
+    REDUCE (the examples' timed loop), the larger of the ranks'."""
+    from pmac.trace import Op
+    from pmac.validate import timed_compute_s
+
+    rows = []
+    for r, bursts in ((0, (5.0, 1.0, 2.0, 3.0, 7.0)), (1, (5.0, 2.0, 2.5, 3.0, 7.0))):
+        ops = (Op.INIT, Op.BARRIER, Op.SEND if r == 0 else Op.RECV, Op.REDUCE, Op.FINALIZE)
+        for seq, (op, b) in enumerate(zip(ops, bursts)):
+            rows.append(dict(rank=r, seq=seq, op=int(op), burst_s=b))
+    ev = pd.DataFrame(rows)
+    # rank 0: 2.0 + 3.0 (the RECV/SEND burst and the REDUCE's); rank 1: 2.5 + 3.0
+    assert timed_compute_s(ev) == pytest.approx(5.5)
+    assert timed_compute_s(ev[ev["op"] != int(Op.REDUCE)]) == 0.0
