@@ -22,6 +22,10 @@ Message model (LogGP-style; times in seconds; ``W(m)`` = the link's segmented wi
   ``W(m)``. Without the handshake the data leaves at ``max(ts + o_s, tr)``. The sender is done
   when the data has arrived (``a``), the receiver at ``a + o_r``.
 
+Exchanges: when two ranks send each other at once (a Sendrecv whose destination is its source,
+a pairwise round of a collective) and each posts within ``o_s`` of the other, each receive ends
+the link's ``exchange_excess_s`` later (:func:`crossing`).
+
 Contention (optional, inter-node messages on a topology): a transfer ready at ``t`` starts when
 every link on its route is free, ``start = max(t, free_at(link) for link in route)``, arrives at
 ``start + W(m)`` and holds each link for ``m / bandwidth(link)``: concurrent flows on a link are
@@ -34,9 +38,10 @@ the trace records them, see :func:`pmac.replay.collective_bytes`): every message
 algorithm is priced with the message model between the members' actual nodes, each member
 starting at its own arrival time. Barrier: dissemination. Bcast: binomial tree below 12288
 bytes or under 8 ranks, else binomial scatter + ring allgather. Reduce: binomial tree.
-Allreduce: recursive doubling up to 2048 bytes, Rabenseifner (recursive-halving reduce-scatter
-+ recursive-doubling allgather) above, both folding the ranks beyond the largest power of two
-first. Allgather: recursive doubling (power-of-two ranks, total < 80 KiB), Bruck (total < 512
+Allreduce (MPICH 4/5's selection): recursive doubling up to 8 bytes or while the count (of
+8-byte elements) is below the largest power of two of the ranks, Rabenseifner
+(recursive-halving reduce-scatter + recursive-doubling allgather) otherwise, both folding the
+ranks beyond the largest power of two first. Allgather: recursive doubling (power-of-two ranks, total < 80 KiB), Bruck (total < 512
 KiB), ring. Alltoall: Bruck (<= 256 bytes per block, >= 8 ranks), pairwise exchange otherwise.
 Gather / scatter: binomial tree carrying whole subtrees. Reduce_scatter: pairwise exchange.
 Scan / exscan: recursive doubling. Vector variants use the mean per-peer size. Reduction
@@ -58,7 +63,12 @@ REDUCE_SCATTER, REDUCE_SCATTER_BLOCK, SCAN, EXSCAN = 73, 74, 75, 76
 
 BCAST_SHORT_BYTES = 12288
 BCAST_MIN_PROCS = 8
-ALLREDUCE_SHORT_BYTES = 2048
+#: MPICH 4/5 (its built-in collective selection, ``MPIR_Allreduce``): recursive doubling up to
+#: this many bytes, or while count < the largest power of two of the ranks; count assumes 8-byte
+#: elements (the trace keeps bytes). The per-rank probe tables of MPICH 5.0.2 show the switch:
+#: a 2-rank allreduce of 64 B took 1.4-1.9x one of 8 B on every profile in machines/.
+ALLREDUCE_SHORT_BYTES = 8
+ALLREDUCE_ELEMENT_BYTES = 8
 ALLGATHER_SHORT_BYTES = 81920
 ALLGATHER_LONG_BYTES = 524288
 ALLTOALL_SHORT_BYTES = 256
@@ -70,9 +80,9 @@ ALLTOALL_MIN_PROCS = 8
  NI_SHAPED, NI_NODE_TOKENS, NI_NODE_LAST, NI_HEADER) = range(19)
 # nf (float64) layout: per link kind (0 intra, 1 inter) send/recv overhead and eager threshold,
 # the inter-node shaper (seconds per byte of its rate, bucket bytes, header bytes per message),
-# then the segment tables
+# per link kind the exchange excess (LinkModel.exchange_excess_s), then the segment tables
 # (lo, latency, bandwidth; S columns per link kind) from NF_SEG
-NF_O_S, NF_O_R, NF_EAGER, NF_SHAPE_INV_RATE, NF_SHAPE_BURST, NF_SHAPE_HEADER, NF_SEG = 0, 2, 4, 6, 7, 8, 9
+NF_O_S, NF_O_R, NF_EAGER, NF_SHAPE_INV_RATE, NF_SHAPE_BURST, NF_SHAPE_HEADER, NF_XCHG, NF_SEG = 0, 2, 4, 6, 7, 8, 9, 11
 
 #: modules whose numba code reads the layout above as compile-time constants
 LAYOUT_READERS = ("replay_core", "replay_passes", "replay")
@@ -106,11 +116,12 @@ drop_stale_caches()
 
 
 def pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, node_host, n_hosts,
-         route_off, route_links, link_inv_bw, route_lat, route_inv_bw, shaper=None):
+         route_off, route_links, link_inv_bw, route_lat, route_inv_bw, shaper=None, xchg=(0.0, 0.0)):
     """The ``(nf, ni)`` net of the given parts (per-link-kind pairs; [2, S] segment tables).
 
     ``shaper``: ``(rate_bytes_per_s, burst_bytes, header_bytes)`` of every node's inter-node
-    egress, or None. Each node's bucket starts full."""
+    egress, or None. Each node's bucket starts full. ``xchg``: the exchange excess per link
+    kind (see :func:`crossing`)."""
     s = seg_lo.shape[1]
     n_nodes = len(node_host)
     head = np.zeros(NI_HEADER, np.int64)
@@ -124,13 +135,13 @@ def pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, node_host, n_hos
     off = np.cumsum([0] + [a.size for a in ni_parts])
     head[NI_NODE_HOST], head[NI_ROUTE_OFF], head[NI_ROUTE_LINKS] = off[1], off[2], off[3]
     nf_parts = [np.asarray(o_s, float), np.asarray(o_r, float), np.asarray(eager, float),
-                np.array([1.0 / rate, burst, header]),
+                np.array([1.0 / rate, burst, header]), np.asarray(xchg, float),
                 seg_lo.ravel(), seg_lat.ravel(), seg_bw.ravel(), np.asarray(link_inv_bw, float),
                 np.zeros(len(link_inv_bw)), np.asarray(route_lat, float), np.asarray(route_inv_bw, float),
                 np.full(n_nodes, float(burst)), np.zeros(n_nodes)]
     foff = np.cumsum([0] + [a.size for a in nf_parts])
     (head[NI_LINK_INV_BW], head[NI_LINK_FREE], head[NI_ROUTE_LAT], head[NI_ROUTE_INV_BW], head[NI_NODE_TOKENS],
-     head[NI_NODE_LAST]) = foff[7:13]
+     head[NI_NODE_LAST]) = foff[8:14]
     return np.concatenate(nf_parts), np.concatenate(ni_parts)
 
 
@@ -147,6 +158,25 @@ def o_send(net, link):
 @njit(cache=True, inline="always")
 def o_recv(net, link):
     return net[0][NF_O_R + link]
+
+
+@njit(cache=True, inline="always")
+def crossing(net, link, t_a, t_b):
+    """Extra receive time of each of two messages that two ranks send each other at ``t_a`` and
+    ``t_b`` (an exchange): the link's exchange excess when each side posts its send before the
+    other's send overhead is over, else 0.
+
+    Why (measured on TCP, ``LinkModel.exchange_excess_s``): a message that reaches a rank while
+    that rank is inside its own send on the same connection is processed only when the send
+    returns (the kernel defers it to the socket's backlog), on the receiver's CPU; an exchange
+    of 8 bytes over TCP took 1.4-1.8 one-way ping-pong times, in shared memory ~1.1."""
+    x = net[0][NF_XCHG + link]
+    if x == 0.0:
+        return 0.0
+    o = net[0][NF_O_S + link]
+    if t_a <= t_b + o and t_b <= t_a + o:
+        return x
+    return 0.0
 
 
 @njit(cache=True, inline="always")
@@ -274,11 +304,14 @@ def message(net, src_node, dst_node, m, ts, tr):
 def _exchange_round(net, node, t, dst_off, m, ts, tr):
     """Every member i sends m bytes to (i + dst_off) % P and receives from (i - dst_off) % P."""
     p = t.shape[0]
+    pair = (2 * dst_off) % p == 0   # d sends back to i: every message is half of an exchange
     for i in range(p):
         d = (i + dst_off) % p
         sd, rd = message(net, node[i], node[d], m, t[i], t[d])
         ts[i] = sd
         tr[d] = rd
+        if pair and d != i:
+            tr[d] += crossing(net, link_of(net, node[i], node[d]), t[i], t[d])
     for i in range(p):
         t[i] = max(ts[i], tr[i])
 
@@ -294,6 +327,9 @@ def _xor_round(net, node, t, mask, m, nt):
             continue
         sd_i, rd_q = message(net, node[i], node[q], m, t[i], t[q])
         sd_q, rd_i = message(net, node[q], node[i], m, t[q], t[i])
+        x = crossing(net, link_of(net, node[i], node[q]), t[i], t[q])
+        rd_i += x
+        rd_q += x
         nt[i] = max(sd_i, rd_i)
         nt[q] = max(sd_q, rd_q)
     t[:] = nt
@@ -489,6 +525,15 @@ def scan_rd(net, node, t, m):
         mask <<= 1
 
 
+@njit(cache=True, inline="always")
+def _pof2(p):
+    """The largest power of two not above ``p``."""
+    q = 1
+    while q * 2 <= p:
+        q *= 2
+    return q
+
+
 @njit(cache=True)
 def collective_exit(net, op, node, t, root, m):
     """Advance member clocks ``t`` (arrival times, local rank order) to each member's exit time."""
@@ -504,7 +549,7 @@ def collective_exit(net, op, node, t, root, m):
     elif op == REDUCE:
         reduce_tree(net, node, t, root, m, False)
     elif op == ALLREDUCE:
-        _rd_allreduce(net, node, t, m, m > ALLREDUCE_SHORT_BYTES)
+        _rd_allreduce(net, node, t, m, m > ALLREDUCE_SHORT_BYTES and m >= ALLREDUCE_ELEMENT_BYTES * _pof2(p))
     elif op == GATHER or op == GATHERV:
         reduce_tree(net, node, t, root, m, True)
     elif op == SCATTER or op == SCATTERV:

@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from .calibrate_exchange import calibrate_network
 from .errors import ProbeError, ToolMissingError
 from .fit_network import fit_network
 from .mpi import find_mpi, launch_command, mpi_env
@@ -76,7 +77,8 @@ def read_record(path: str | Path) -> tuple[dict[str, pd.DataFrame], dict]:
 def model_from_record(tables: dict[str, pd.DataFrame], meta: dict) -> NetworkModel:
     if tables["pingpong"].empty:
         raise ProbeError("the network probe measured no pair of ranks")
-    return fit_network(tables, mpi_library=str(meta.get("mpi_library", "")))
+    network = fit_network(tables, mpi_library=str(meta.get("mpi_library", "")))
+    return calibrate_network(network, tables["pingpong"])
 
 
 def measure_network(*, quick: bool, workdir: Path, progress: Progress | None = None,

@@ -25,14 +25,16 @@ from .schema import (check_document, from_dict, read_yaml, register_kind, save_d
 from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
-register_kind(KIND, 3, {1: "first version: node (caches, memory, compute, curves), network "
+register_kind(KIND, 4, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
                            "per second; version 1 files have none",
                         3: "network links: shaper_rate_bytes_per_s, shaper_burst_bytes and "
                            "shaper_header_bytes (optional, a token-bucket egress limit); version 2 files "
-                           "have none (unshaped)"},
-              migrations={1: lambda body: body, 2: lambda body: body})
+                           "have none (unshaped)",
+                        4: "network links: exchange_excess_s (optional, default 0: the extra cost of "
+                           "two ranks sending each other at once); version 3 files have none"},
+              migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -231,6 +233,12 @@ class LinkModel:
     shaper_burst_bytes: float | None = None
     #: tokens a message takes beyond its payload (protocol headers; None or 0: payload only)
     shaper_header_bytes: float | None = None
+    #: extra receive time of each half of an exchange (two ranks sending each other at once:
+    #: MPI_Sendrecv with one peer, the pairwise rounds of collectives) beyond what the rest of
+    #: this model prices for the two messages; from the network probe's ``exchange`` test (see
+    #: pmac.calibrate_exchange). On TCP a message that arrives while its receiver is inside its
+    #: own send is processed only after that send (0: an exchange costs what the messages do).
+    exchange_excess_s: float = 0.0
 
     def __post_init__(self):
         _positive("latency_s", self.latency_s, allow_zero=True)
@@ -249,6 +257,7 @@ class LinkModel:
         _positive("shaper_rate_bytes_per_s", self.shaper_rate_bytes_per_s)
         _positive("shaper_burst_bytes", self.shaper_burst_bytes, allow_zero=True)
         _positive("shaper_header_bytes", self.shaper_header_bytes, allow_zero=True)
+        _positive("exchange_excess_s", self.exchange_excess_s, allow_zero=True)
         if self.shaper_header_bytes is not None and self.shaper_rate_bytes_per_s is None:
             raise ValueError("shaper_header_bytes needs shaper_rate_bytes_per_s")
 

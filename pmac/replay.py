@@ -178,16 +178,17 @@ def pack_network(network: NetworkModel, placement: np.ndarray, options: ReplayOp
         raise InputError("the intra_node link has a shaper: pmac shapes only inter-node egress")
     shaper = ((inter.shaper_rate_bytes_per_s, inter.shaper_burst_bytes, inter.shaper_header_bytes or 0.0)
               if inter.shaped else None)
+    xchg = (intra.exchange_excess_s, inter.exchange_excess_s)
     if options.topology is not None:
         topo = options.topology
         if n_nodes > topo.n_hosts:
             raise InputError(f"placement uses {n_nodes} nodes but topology {topo.name} has {topo.n_hosts} hosts")
         rt = routes(topo)
         net = C.pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, np.arange(n_nodes), rt.n_hosts,
-                     rt.route_off, rt.route_links, rt.link_inv_bw, rt.route_lat_s, rt.route_inv_bw, shaper)
+                     rt.route_off, rt.route_links, rt.link_inv_bw, rt.route_lat_s, rt.route_inv_bw, shaper, xchg)
     else:
         net = C.pack(o_s, o_r, eager, seg_lo, seg_lat, seg_bw, nseg, flags, np.zeros(n_nodes), 0,
-                     np.zeros(1), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), shaper)
+                     np.zeros(1), np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), shaper, xchg)
     return net
 
 

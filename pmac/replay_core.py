@@ -142,6 +142,7 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
     # messages that go through pmac.collectives.transfer (stateful links) rather than wire[]
     stateful = ni[C.NI_CONTENTION] != 0 or ni[C.NI_SHAPED] != 0
     per_route = ni[C.NI_ROUTE_TIMING] != 0
+    xc = nf[C.NF_XCHG] != 0.0 or nf[C.NF_XCHG + 1] != 0.0
     o_s0, o_s1 = nf[C.NF_O_S], nf[C.NF_O_S + 1]
     o_r0, o_r1 = nf[C.NF_O_R], nf[C.NF_O_R + 1]
     # wire time of an empty message per link kind (first segment's latency), or per route
@@ -303,13 +304,29 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
                         s = x if half == 0 else q             # the send, and its receive's post
                         tr = post_t[q] if half == 0 else post_t[x]
                         if np.isnan(arrival[s]):
-                            arrival[s] = _arrival(nf, ni, s, sflag[s], post_t[s], tr, buffered, handshake,
-                                                  stateful, per_route, o_s0, o_s1, l0_0, l0_1, host0, n_hosts,
-                                                  r_lat, wire, node_of_rank, rank, dest, sbytes)
+                            fs = sflag[s]
+                            if stateful or per_route or (handshake != 0 and not (fs & F_EAGER)):
+                                arrival[s] = _arrival(nf, ni, s, fs, post_t[s], tr, buffered, handshake,
+                                                      stateful, per_route, o_s0, o_s1, l0_0, l0_1, host0,
+                                                      n_hosts, r_lat, wire, node_of_rank, rank, dest, sbytes)
+                            else:
+                                # the common case written in place (no array arguments): eager,
+                                # or rendezvous without the handshake, on stateless links
+                                ready = post_t[s] + (o_s1 if fs & F_INTER else o_s0)
+                                if (buffered == 0 or not (fs & F_EAGER)) and tr > ready:
+                                    ready = tr
+                                arrival[s] = ready + wire[s]
                         if half == 0:
                             d = arrival[s]
                         else:
                             d = max(tr, arrival[s]) + (o_r1 if sflag[x] & F_RINTER else o_r0)
+                            if k == K_SENDRECV and xc and kind[q] == K_SENDRECV and dest[q] == r \
+                                    and dest[e] == rank[q]:
+                                # the two halves of an exchange (pmac.collectives.crossing)
+                                lk = 1 if sflag[x] & F_RINTER else 0
+                                o = o_s1 if lk else o_s0
+                                if post_t[e] <= post_t[q] + o and post_t[q] <= post_t[e] + o:
+                                    d += nf[C.NF_XCHG + lk]
                         if post_t[q] > ref:
                             ref = post_t[q]
                             cz = q

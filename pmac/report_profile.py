@@ -20,6 +20,8 @@ def _link_lines(label: str, link: LinkModel) -> list[str]:
     extras = [f"send overhead {fq(link.send_overhead_s, 's')}", f"recv overhead {fq(link.recv_overhead_s, 's')}"]
     if link.streaming_bandwidth_bytes_per_s:
         extras.append(f"streaming {fq(link.streaming_bandwidth_bytes_per_s, 'bytes_per_s')}")
+    if link.exchange_excess_s:
+        extras.append(f"exchange +{fq(link.exchange_excess_s, 's')} a message")
     if link.fit_r2 is not None:
         extras.append(f"fit R^2 {link.fit_r2:.4f}")
     out.append("    " + ", ".join(extras))

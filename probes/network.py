@@ -27,6 +27,11 @@ first rank on another node (``inter_node``); placement from ``MPI.Get_processor_
   token-bucket shaper (a tc tbf, a cloud NIC's burst allowance) passes a message after idle at
   line speed and sustained traffic at its rate: the ping-pong, which never idles, cannot tell
   the line from the shaper; sizes up to about a quarter of the slow-size limit at the stream rate;
+- ``exchange``: both ranks send each other a message at once and wait for both (MPI_Sendrecv;
+  the numba loop posts Irecv + Isend + Waitall, as MPICH's Sendrecv does), sizes 0, 8, 64 and
+  512 B; time per exchange. On TCP this costs more than a one-way hop (a message that arrives
+  while its receiver is inside its own send waits for that send); the fit keeps the excess
+  over what the rest of the link model prices (pmac.calibrate_exchange);
 - ``send_overhead``: time inside the send call of a small message (LogP o_s); ``recv_overhead``:
   time inside the receive call after delaying the receive well past the message's arrival (o_r);
   each repetition is the median over its calls;
@@ -58,6 +63,7 @@ WINDOW = 64
 #: silence before each ``burst`` message: refills a bucket of up to 20 ms at its rate
 BURST_IDLE_MS = 20.0
 MAX_BYTES = 16 << 20
+EXCHANGE_SIZES = (0, 8, 64, 512)
 
 
 def aligned_buffer(n_bytes: int) -> np.ndarray:
@@ -161,7 +167,20 @@ def _numba_kernels():
             nm.send(ack, peer, 8)
         return nm.wtime() - t0
 
-    return pingpong, stream, overhead, burst
+    @numba.njit(cache=False)  # numba-mpi uses ctypes pointers: not cacheable
+    def exchange(buf, rbuf, n_bytes, iters, peer, reqs):
+        view = buf[:n_bytes]
+        rview = rbuf[:n_bytes]
+        t0 = nm.wtime()
+        for _ in range(iters):
+            _, r = nm.irecv(rview, peer, 14)
+            reqs[0] = r[0]
+            _, r = nm.isend(view, peer, 14)
+            reqs[1] = r[0]
+            nm.waitall(reqs)
+        return nm.wtime() - t0
+
+    return pingpong, stream, overhead, burst, exchange
 
 
 class NumbaBackend:
@@ -171,8 +190,9 @@ class NumbaBackend:
         from numba_mpi import RequestType
 
         self.comm = comm
-        self._pp, self._st, self._oh, self._bu = _numba_kernels()
+        self._pp, self._st, self._oh, self._bu, self._ex = _numba_kernels()
         self.reqs = np.empty(WINDOW, dtype=RequestType)
+        self.reqs2 = np.empty(2, dtype=RequestType)
         self.ack = np.zeros(1, np.uint8)
 
     def pingpong(self, buf, n, iters, first, peer):
@@ -186,6 +206,9 @@ class NumbaBackend:
 
     def burst(self, buf, n, first, peer):
         return self._bu(buf, n, first, peer, self.ack)
+
+    def exchange(self, buf, rbuf, n, iters, peer):
+        return self._ex(buf, rbuf, n, iters, peer, self.reqs2)
 
     def pycall(self, iters):
         return None
@@ -267,6 +290,15 @@ class PythonBackend:
         else:
             c.Recv(msg, peer, 7)
             c.Send(self.ack, peer, 8)
+        return time.perf_counter() - t0
+
+    def exchange(self, buf, rbuf, n, iters, peer):
+        c, B = self.comm, self.MPI.BYTE
+        msg, into = [buf, n, B], [rbuf, n, B]
+        sendrecv = c.Sendrecv
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            sendrecv(msg, peer, 14, into, peer, 14)
         return time.perf_counter() - t0
 
     def pycall(self, iters):
@@ -382,6 +414,23 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
                     dt = be.pingpong(buf, n, it, first, other)
                     if first:
                         pp_rows.append((placement, "pingpong", n, r, dt / (2 * it)))
+        # exchanges: the same repetition scheme, as many iterations as the ping-pong of the size
+        t0 = time.perf_counter()
+        ex_sizes = [n for n in EXCHANGE_SIZES if n in pp_iters]
+        if active:
+            for n in ex_sizes:
+                be.exchange(buf, sbuf, n, 20, other)  # compile / warm up
+        for r in range(reps):
+            if active and not _go_on(comm, first, other, r, t0, budget_s / 8):
+                break
+            for n in ex_sizes:
+                if active:
+                    it = pp_iters[n]
+                    if it >= 10:
+                        be.exchange(buf, sbuf, n, it // 10, other)
+                    dt = be.exchange(buf, sbuf, n, it, other)
+                    if first:
+                        pp_rows.append((placement, "exchange", n, r, dt / it))
         step += 1
         report(step / steps, f"streaming {placement}")
         stream_sizes = [s for s in sizes if s >= 1024 and s * WINDOW <= sbuf.size and (s & (s - 1)) == 0][::2]

@@ -13,7 +13,7 @@ LAYERS = [
     {"signature", "fit", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace",
      "shim", "vgtool", "rawtrace"},
     {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand"},
-    {"predict", "probe"},  # probe: measures, fits, and calibrates the overlap with pmac.overlap
+    {"predict", "probe", "calibrate"},  # probe: measures, fits, calibrates (overlap; exchange by replay)
     {"sweep", "scaling", "cluster", "validate", "emulated"},
     {"report"},
     {"cli", "__main__"},

@@ -294,15 +294,20 @@ def test_binomial_broadcast(p, root):
 
 def test_allreduce_recursive_doubling_and_rabenseifner():
     c = OS + L + OR
+    # MPICH 4/5: recursive doubling up to 8 B or while count (8-byte elements) < pof2
+    for m in (8, 24):
+        t = Trace(4)
+        t.coll(Op.ALLREDUCE, m)
+        np.testing.assert_allclose(t.run().finish_s, 2 * (c + m / B), rtol=REL)
+    # 64 B on 4 ranks (count 8 >= 4): Rabenseifner, exchanges of 32, 16, 16, 32 B
     t = Trace(4)
     t.coll(Op.ALLREDUCE, 64)
-    res = t.run()
-    np.testing.assert_allclose(res.finish_s, 2 * (c + 64 / B), rtol=REL)
+    np.testing.assert_allclose(t.run().finish_s, 4 * c + 96 / B, rtol=REL)
     # 3 ranks: fold rank 0 into 1, exchange 1<->2, unfold back to 0
     t = Trace(3)
-    t.coll(Op.ALLREDUCE, 64)
+    t.coll(Op.ALLREDUCE, 8)
     res = t.run()
-    w = L + 64 / B
+    w = L + 8 / B
     t1 = OS + w + OR                       # rank 1 after the fold
     t1b = max(t1 + OS, max(t1, OS + w) + OR)   # rank 1 after the exchange with rank 2 (posted at 0)
     t2 = max(OS, max(0.0, t1 + OS + w) + OR)
@@ -827,3 +832,43 @@ def test_stale_numba_caches_of_layout_readers_are_dropped():
     finally:
         for f in (old, new, other):
             f.unlink(missing_ok=True)
+
+
+def test_exchange_excess_only_where_two_ranks_send_each_other_at_once():
+    """LinkModel.exchange_excess_s (pmac.collectives.crossing): each half of an exchange (a
+    Sendrecv with one peer, a 2-rank allreduce or barrier round) receives X later; a ring shift
+    (other peers), a ping-pong and an exchange whose sides post more than o_s apart do not."""
+    x = 5e-6
+    c = OS + L + 8 / B + OR
+    net = net1(exchange_excess_s=x)
+
+    def sendrecv_pair(burst1=0.0):
+        t = Trace(2)
+        for r in range(2):
+            t.add(r, Op.SENDRECV, dest=1 - r, source=1 - r, send_bytes=8, recv_bytes=8,
+                  burst_s=burst1 if r == 1 else 0.0)
+        return t
+
+    np.testing.assert_allclose(sendrecv_pair().run(net).finish_s, c + x, rtol=REL)
+    np.testing.assert_allclose(sendrecv_pair().run(net1()).finish_s, c, rtol=REL)
+    # rank 1 posts 1 ms late: rank 0 waits in its receive, rank 1 finds the data there
+    late = sendrecv_pair(1e-3).run(net).finish_s
+    np.testing.assert_allclose(late, [1e-3 + c, 1e-3 + max(OS, OR)], rtol=REL)
+    for op, m in ((Op.ALLREDUCE, 8), (Op.BARRIER, 0)):
+        t = Trace(2)
+        t.coll(op, m)
+        np.testing.assert_allclose(t.run(net).finish_s, OS + L + m / B + OR + x, rtol=REL)
+    t = Trace(3)
+    for r in range(3):
+        t.add(r, Op.SENDRECV, dest=(r + 1) % 3, source=(r - 1) % 3, send_bytes=8, recv_bytes=8)
+    np.testing.assert_allclose(t.run(net).finish_s, c, rtol=REL)
+    t = Trace(2)
+    t.add(0, Op.SEND, dest=1, send_bytes=8)
+    t.add(1, Op.RECV, source=0, recv_bytes=8)
+    t.add(1, Op.SEND, dest=0, send_bytes=8)
+    t.add(0, Op.RECV, source=1, recv_bytes=8)
+    assert t.run(net).makespan_s == approx(2 * c)
+    # per link kind: an intra-node exchange takes the intra-node excess only
+    net2 = NetworkModel(intra_node=link(), inter_node=link(exchange_excess_s=x))
+    np.testing.assert_allclose(sendrecv_pair().run(net2, placement=np.array([0, 0])).finish_s, c, rtol=REL)
+    np.testing.assert_allclose(sendrecv_pair().run(net2, placement=np.array([0, 1])).finish_s, c + x, rtol=REL)

@@ -30,7 +30,7 @@ def test_profile_round_trip(tmp_path):
     save_profile(p, path)
     assert load_profile(path) == p
     text = path.read_text()
-    assert text.startswith("kind: pmac.machine\nschema_version: 3\n")
+    assert text.startswith("kind: pmac.machine\nschema_version: 4\n")
 
 
 def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
@@ -40,7 +40,7 @@ def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
     p = small_profile()
     path = tmp_path / "m1.yaml"
     save_profile(p, path)
-    old = path.read_text().replace("schema_version: 3", "schema_version: 1")
+    old = path.read_text().replace("schema_version: 4", "schema_version: 1")
     assert "schema_version: 1" in old
     (tmp_path / "v1.yaml").write_text(old)
     back = load_profile(tmp_path / "v1.yaml")
@@ -58,11 +58,26 @@ def test_version_2_profile_loads_unshaped(tmp_path):
     save_profile(p, tmp_path / "v3.yaml")
     text = (tmp_path / "v3.yaml").read_text()
     assert "shaper_rate_bytes_per_s" in text
-    v2 = "".join(line for line in text.splitlines(keepends=True) if "shaper_" not in line)
-    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 3", "schema_version: 2"))
+    v2 = "".join(line for line in text.splitlines(keepends=True)
+                 if "shaper_" not in line and "exchange_excess" not in line)
+    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 4", "schema_version: 2"))
     back = load_profile(tmp_path / "v2.yaml")
     links = [ln for ln in (back.network.intra_node, back.network.inter_node) if ln is not None]
     assert back == p and links and not any(ln.shaped for ln in links)
+
+
+def test_version_3_profile_loads_without_exchange_excess(tmp_path):
+    """Version 4 added the links' exchange_excess_s (default 0): a version-3 file loads."""
+    p = small_profile()
+    links = {k: dataclasses.replace(getattr(p.network, k), exchange_excess_s=2.5e-6)
+             for k in ("intra_node", "inter_node") if getattr(p.network, k) is not None}
+    p4 = dataclasses.replace(p, network=dataclasses.replace(p.network, **links))
+    save_profile(p4, tmp_path / "v4.yaml")
+    assert load_profile(tmp_path / "v4.yaml") == p4
+    text = (tmp_path / "v4.yaml").read_text()
+    v3 = "".join(line for line in text.splitlines(keepends=True) if "exchange_excess_s" not in line)
+    (tmp_path / "v3.yaml").write_text(v3.replace("schema_version: 4", "schema_version: 3"))
+    assert load_profile(tmp_path / "v3.yaml") == p
 
 
 def test_floats_without_dot_read_back_as_floats(tmp_path):
@@ -86,7 +101,7 @@ def test_unknown_key_is_an_error_naming_file_and_key(tmp_path):
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "new.yaml"
     save_profile(small_profile(), path)
-    path.write_text(path.read_text().replace("schema_version: 3", "schema_version: 99"))
+    path.write_text(path.read_text().replace("schema_version: 4", "schema_version: 99"))
     with pytest.raises(SchemaVersionError, match="newer than this pmac"):
         load_profile(path)
 
