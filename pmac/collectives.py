@@ -41,8 +41,8 @@ bytes or under 8 ranks, else binomial scatter + ring allgather. Reduce: binomial
 Allreduce (MPICH 4/5's selection): recursive doubling up to 8 bytes or while the count (of
 8-byte elements) is below the largest power of two of the ranks, Rabenseifner
 (recursive-halving reduce-scatter + recursive-doubling allgather) otherwise, both folding the
-ranks beyond the largest power of two first. Allgather: recursive doubling (power-of-two ranks, total < 80 KiB), Bruck (total < 512
-KiB), ring. Alltoall: Bruck (<= 256 bytes per block, >= 8 ranks), pairwise exchange otherwise.
+ranks beyond the largest power of two first. Allgather: recursive doubling (power-of-two ranks,
+total < 80 KiB), Bruck (total < 512 KiB), ring. Alltoall: Bruck (<= 256 bytes per block, >= 8 ranks), pairwise exchange otherwise.
 Gather / scatter: binomial tree carrying whole subtrees. Reduce_scatter: pairwise exchange.
 Scan / exscan: recursive doubling. Vector variants use the mean per-peer size. Reduction
 arithmetic is not priced here (it belongs to the compute burst after the call).
@@ -169,7 +169,7 @@ def crossing(net, link, t_a, t_b):
     Why (measured on TCP, ``LinkModel.exchange_excess_s``): a message that reaches a rank while
     that rank is inside its own send on the same connection is processed only when the send
     returns (the kernel defers it to the socket's backlog), on the receiver's CPU; an exchange
-    of 8 bytes over TCP took 1.4-1.8 one-way ping-pong times, in shared memory ~1.1."""
+    of 8 bytes over TCP took 1.3-1.8 one-way ping-pong times, in shared memory 1.1-1.4."""
     x = net[0][NF_XCHG + link]
     if x == 0.0:
         return 0.0
