@@ -161,22 +161,26 @@ def o_recv(net, link):
 
 
 @njit(cache=True, inline="always")
-def crossing(net, link, t_a, t_b):
+def crossing(excess, o_s, t_a, t_b):
     """Extra receive time of each of two messages that two ranks send each other at ``t_a`` and
-    ``t_b`` (an exchange): the link's exchange excess when each side posts its send before the
-    other's send overhead is over, else 0.
+    ``t_b`` (an exchange) on a link with exchange excess ``excess`` and send overhead ``o_s``:
+    the excess when each side posts its send before the other's send overhead is over, else 0.
+    Scalars only: the replay's core calls it per Sendrecv (pmac.replay_core).
 
     Why (measured on TCP, ``LinkModel.exchange_excess_s``): a message that reaches a rank while
     that rank is inside its own send on the same connection is processed only when the send
     returns (the kernel defers it to the socket's backlog), on the receiver's CPU; an exchange
     of 8 bytes over TCP took 1.3-1.8 one-way ping-pong times, in shared memory 1.1-1.4."""
-    x = net[0][NF_XCHG + link]
-    if x == 0.0:
-        return 0.0
-    o = net[0][NF_O_S + link]
-    if t_a <= t_b + o and t_b <= t_a + o:
-        return x
+    if excess != 0.0 and t_a <= t_b + o_s and t_b <= t_a + o_s:
+        return excess
     return 0.0
+
+
+@njit(cache=True, inline="always")
+def link_crossing(net, src_node, dst_node, t_a, t_b):
+    """:func:`crossing` on the link between two nodes."""
+    link = link_of(net, src_node, dst_node)
+    return crossing(net[0][NF_XCHG + link], o_send(net, link), t_a, t_b)
 
 
 @njit(cache=True, inline="always")
@@ -311,7 +315,7 @@ def _exchange_round(net, node, t, dst_off, m, ts, tr):
         ts[i] = sd
         tr[d] = rd
         if pair and d != i:
-            tr[d] += crossing(net, link_of(net, node[i], node[d]), t[i], t[d])
+            tr[d] += link_crossing(net, node[i], node[d], t[i], t[d])
     for i in range(p):
         t[i] = max(ts[i], tr[i])
 
@@ -327,7 +331,7 @@ def _xor_round(net, node, t, mask, m, nt):
             continue
         sd_i, rd_q = message(net, node[i], node[q], m, t[i], t[q])
         sd_q, rd_i = message(net, node[q], node[i], m, t[q], t[i])
-        x = crossing(net, link_of(net, node[i], node[q]), t[i], t[q])
+        x = link_crossing(net, node[i], node[q], t[i], t[q])
         rd_i += x
         rd_q += x
         nt[i] = max(sd_i, rd_i)

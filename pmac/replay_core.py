@@ -75,6 +75,16 @@ def heap_pop(keys, vals, hn):
     return top
 
 
+@njit(cache=True, inline="always")
+def _plain_ready(flag, ts, tr, buffered, o_s):
+    """When the data of a message posted at ``ts`` (its receive at ``tr``) may leave: eager, or
+    rendezvous without the handshake (pmac.collectives)."""
+    ready = ts + o_s
+    if (buffered == 0 or not (flag & F_EAGER)) and tr > ready:
+        ready = tr
+    return ready
+
+
 @njit(cache=True)
 def _arrive_stateful(nf, ni, s, node_of_rank, rank, dest, sbytes, ready):
     """Arrival of send ``s``'s data leaving at ``ready`` through stateful links (a shaper, a
@@ -90,17 +100,13 @@ def _arrival(nf, ni, s, flag, ts, tr, buffered, handshake, stateful, per_route, 
     arguments are affordable."""
     inter = (flag & F_INTER) != 0
     o_s = o_s1 if inter else o_s0
-    if flag & F_EAGER:
-        ready = ts + o_s
-        if buffered == 0 and tr > ready:
-            ready = tr
-    elif handshake != 0:
+    if (flag & F_EAGER) or handshake == 0:
+        ready = _plain_ready(flag, ts, tr, buffered, o_s)
+    else:
         l0 = l0_1 if inter else l0_0
         if per_route and inter:
             l0 = nf[r_lat + ni[host0 + node_of_rank[rank[s]]] * n_hosts + ni[host0 + node_of_rank[dest[s]]]]
         ready = max(ts + o_s + l0, tr) + l0
-    else:
-        ready = max(ts + o_s, tr)
     if stateful and inter:
         return _arrive_stateful(nf, ni, s, node_of_rank, rank, dest, sbytes, ready)
     return ready + wire[s]
@@ -309,24 +315,18 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
                                 arrival[s] = _arrival(nf, ni, s, fs, post_t[s], tr, buffered, handshake,
                                                       stateful, per_route, o_s0, o_s1, l0_0, l0_1, host0,
                                                       n_hosts, r_lat, wire, node_of_rank, rank, dest, sbytes)
-                            else:
-                                # the common case written in place (no array arguments): eager,
-                                # or rendezvous without the handshake, on stateless links
-                                ready = post_t[s] + (o_s1 if fs & F_INTER else o_s0)
-                                if (buffered == 0 or not (fs & F_EAGER)) and tr > ready:
-                                    ready = tr
-                                arrival[s] = ready + wire[s]
+                            else:   # the common case without a call taking arrays
+                                arrival[s] = _plain_ready(fs, post_t[s], tr, buffered,
+                                                          o_s1 if fs & F_INTER else o_s0) + wire[s]
                         if half == 0:
                             d = arrival[s]
                         else:
                             d = max(tr, arrival[s]) + (o_r1 if sflag[x] & F_RINTER else o_r0)
                             if k == K_SENDRECV and xc and kind[q] == K_SENDRECV and dest[q] == r \
                                     and dest[e] == rank[q]:
-                                # the two halves of an exchange (pmac.collectives.crossing)
+                                # the two halves of an exchange
                                 lk = 1 if sflag[x] & F_RINTER else 0
-                                o = o_s1 if lk else o_s0
-                                if post_t[e] <= post_t[q] + o and post_t[q] <= post_t[e] + o:
-                                    d += nf[C.NF_XCHG + lk]
+                                d += C.crossing(nf[C.NF_XCHG + lk], o_s1 if lk else o_s0, post_t[e], post_t[q])
                         if post_t[q] > ref:
                             ref = post_t[q]
                             cz = q

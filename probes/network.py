@@ -400,55 +400,25 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         report(step / steps, f"ping-pong {placement}")
         pp_iters = _calibrate(be, comm, buf, sizes, batch_s, first, other, active,
                               lambda n, it: be.pingpong(buf, n, it, first, other), max_call_s=max_call_s)
-        # repetitions outermost: each sweeps all sizes, so a burst of load from elsewhere
-        # spreads over sizes instead of spoiling every repetition of one size
-        t0 = time.perf_counter()
-        for r in range(reps):
-            if active and not _go_on(comm, first, other, r, t0, budget_s):
-                break
-            for n in sizes:
-                if active and n in pp_iters:
-                    it = pp_iters[n]
-                    if it >= 10:
-                        be.pingpong(buf, n, it // 10, first, other)  # warm-up
-                    dt = be.pingpong(buf, n, it, first, other)
-                    if first:
-                        pp_rows.append((placement, "pingpong", n, r, dt / (2 * it)))
-        # exchanges: the same repetition scheme, as many iterations as the ping-pong of the size
-        t0 = time.perf_counter()
+        sweep = dict(comm=comm, rows=pp_rows, placement=placement, active=active, first=first, other=other,
+                     reps=reps)
+        _repetitions("pingpong", sizes, pp_iters, lambda n, it: be.pingpong(buf, n, it, first, other),
+                     per_iter=2, warmup=lambda it: it // 10, budget_s=budget_s, **sweep)
+        # exchanges: as many iterations as the ping-pong of the size
         ex_sizes = [n for n in EXCHANGE_SIZES if n in pp_iters]
         if active:
             for n in ex_sizes:
                 be.exchange(buf, sbuf, n, 20, other)  # compile / warm up
-        for r in range(reps):
-            if active and not _go_on(comm, first, other, r, t0, budget_s / 8):
-                break
-            for n in ex_sizes:
-                if active:
-                    it = pp_iters[n]
-                    if it >= 10:
-                        be.exchange(buf, sbuf, n, it // 10, other)
-                    dt = be.exchange(buf, sbuf, n, it, other)
-                    if first:
-                        pp_rows.append((placement, "exchange", n, r, dt / it))
+        _repetitions("exchange", ex_sizes, pp_iters, lambda n, it: be.exchange(buf, sbuf, n, it, other),
+                     per_iter=1, warmup=lambda it: it // 10, budget_s=budget_s / 8, **sweep)
         step += 1
         report(step / steps, f"streaming {placement}")
         stream_sizes = [s for s in sizes if s >= 1024 and s * WINDOW <= sbuf.size and (s & (s - 1)) == 0][::2]
         st_iters = _calibrate(be, comm, sbuf, stream_sizes, batch_s, first, other, active,
                               lambda n, it: be.stream(sbuf, n, it, first, other), cap=200,
                               msgs_per_iter=WINDOW, max_call_s=max_call_s)
-        t0 = time.perf_counter()
-        for r in range(reps):
-            if active and not _go_on(comm, first, other, r, t0, budget_s / 2):
-                break
-            for n in stream_sizes:
-                if active and n in st_iters:
-                    it = st_iters[n]
-                    if it >= 10:
-                        be.stream(sbuf, n, 1, first, other)
-                    dt = be.stream(sbuf, n, it, first, other)
-                    if first:
-                        pp_rows.append((placement, "stream", n, r, dt / (it * WINDOW)))
+        _repetitions("stream", stream_sizes, st_iters, lambda n, it: be.stream(sbuf, n, it, first, other),
+                     per_iter=WINDOW, warmup=lambda it: 1, budget_s=budget_s / 2, **sweep)
         step += 1
         report(step / steps, f"overheads {placement}")
         # latency estimate for the receive delay: exchanged between the pair only
@@ -521,6 +491,28 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         "collective": _columns(coll_rows, COLL_COLUMNS),
     }
     return tables, meta
+
+
+def _repetitions(test, sizes, iters, call, *, per_iter, warmup, budget_s, comm, rows, placement, active, first,
+                 other, reps) -> None:
+    """Rows of ``test``: ``call(n, it)`` timed for each size of ``iters`` (after a warm-up of
+    ``warmup(it)`` iterations when it >= 10), seconds per iteration / ``per_iter``.
+
+    Repetitions outermost: each sweeps all sizes, so a burst of load from elsewhere spreads over
+    sizes instead of spoiling every repetition of one size; after ``budget_s`` no repetition
+    beyond the third starts (the first rank of the pair decides)."""
+    t0 = time.perf_counter()
+    for r in range(reps):
+        if active and not _go_on(comm, first, other, r, t0, budget_s):
+            break
+        for n in sizes:
+            if active and n in iters:
+                it = iters[n]
+                if it >= 10:
+                    call(n, warmup(it))
+                dt = call(n, it)
+                if first:
+                    rows.append((placement, test, n, r, dt / (it * per_iter)))
 
 
 def _calibrate(be, comm, buf, sizes, batch_s, first, other, active, call, cap: int = 5000,
