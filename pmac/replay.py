@@ -444,9 +444,10 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
             wreq_off = np.empty(n + 1, np.int64)  # every entry written by resolve_waits
             req_cols = (_col(requests, "rank", np.int32), _col(requests, "request", np.int64),
                         _col(requests, "completed", np.int8))
+            wreq_buf = np.empty(req_cols[0].size, np.int64)   # numpy's (pmac.replay_passes.resolve_waits)
             wreq_ev, err, e = passes.with_retry(
                 lambda cap: passes.resolve_waits(kind, op, rank, cols["request"], cols["req_offset"],
-                                                 cols["n_requests"], *req_cols, wreq_off, cap), 256)
+                                                 cols["n_requests"], *req_cols, wreq_off, wreq_buf, cap), 256)
             if err == 1:
                 raise InputError(f"{where_str(e)}: req_offset/n_requests point outside the requests table")
             if err == 2:

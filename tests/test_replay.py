@@ -797,7 +797,7 @@ def test_preparation_tables_that_fill_up_are_retried_with_the_same_result():
         wev, err2, _ = P.with_retry(lambda c: P.resolve_waits(
             kind, cols["op"], cols["rank"], cols["request"], cols["req_offset"], cols["n_requests"],
             np.ascontiguousarray(rq["rank"]), np.ascontiguousarray(rq["request"]),
-            np.ascontiguousarray(rq["completed"]), off, c), cap)
+            np.ascontiguousarray(rq["completed"]), off, np.empty(len(rq), np.int64), c), cap)
         assert err == 0 and err2 == 0
         out[cap] = (n_msg, ps, pr, off, wev)
     assert out[2][0] == out[4096][0] > 0
