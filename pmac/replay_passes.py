@@ -270,11 +270,13 @@ def resolve_waits(kind, op, rank, request, req_offset, n_requests, req_rank, req
     """For each completion call, the events that created the requests it completes (all for
     Wait/Waitall, the completed ones for the others): the latest Isend/Irecv/I-collective with the
     same handle earlier on the same rank, in event order, sorted by event. Fills wreq_off (CSR)
-    and ``out`` (room for every requests row, from the caller: numpy asks the kernel for huge
-    pages, numba does not, and faulting bench/replay's 72 MB in 4 KB pages cost ~40 ms of the
-    pass's ~130) and returns (wreq_ev, a view of ``out``, error code, event): 1 rows outside the requests table, 2 rows of another
+    and returns (wreq_ev, error code, event): 1 rows outside the requests table, 2 rows of another
     rank, OVERFLOW a rank with more than ``cap / 2`` live handles. Events must be ordered by rank:
-    the handle table is per rank (a slot belongs to the rank in ``owner``)."""
+    the handle table is per rank (a slot belongs to the rank in ``owner``).
+
+    ``wreq_ev`` is a view of ``out`` (room for every requests row), which the caller allocates:
+    numpy asks the kernel for huge pages, numba does not, and faulting bench/replay's 72 MB in
+    4 KB pages cost ~40 ms of the pass's ~130."""
     n = kind.shape[0]
     n_rows = req_rank.shape[0]
     m = 0
