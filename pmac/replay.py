@@ -16,7 +16,7 @@ Semantics (see pmac.collectives for the message and collective models):
   non-overtaking rule). A receive's source is the trace's ``source`` column, which the tracer
   fills from the status for MPI_ANY_SOURCE; a receive still marked ANY_SOURCE is an error. A
   negative receive tag (MPI_ANY_TAG) makes the tags of that (comm, source, destination) pair
-  ignored. Matching is done once, before the run, by sorting (O(n log n), vectorised); the
+  ignored. Matching is done once, before the run, in one pass with hash tables (O(n)); the
   replay then finds a partner in O(1). The message size is the sender's ``send_bytes``.
   Peers equal to NONE (MPI_PROC_NULL) make that half of the call a no-op.
 - Blocking sends end when the sender is done (eager: ``start + o_s``; rendezvous: data
@@ -212,6 +212,8 @@ for _o in Op:
         _KIND[_o] = K_COLL
     elif 80 <= _o < 100:
         _KIND[_o] = K_ICOLL
+#: op codes the core treats as collectives
+_COLLECTIVE_OPS = np.flatnonzero((_KIND == K_COLL) | (_KIND == K_ICOLL))
 _MODE = np.zeros(256, np.int8)
 for _o in (Op.SSEND, Op.ISSEND):
     _MODE[_o] = 1
@@ -230,7 +232,8 @@ def _col(events, name, dtype):
     return np.ascontiguousarray(np.asarray(events[name]), dtype=dtype)
 
 
-def collective_bytes(op: np.ndarray, send_bytes: np.ndarray, recv_bytes: np.ndarray, n_members: np.ndarray) -> np.ndarray:
+def collective_bytes(op: np.ndarray, send_bytes: np.ndarray, recv_bytes: np.ndarray,
+                     n_members: np.ndarray) -> np.ndarray:
     """The size ``m`` a collective algorithm is priced with, from one member's byte columns
     (pmac.trace conventions): bcast max(send, recv); reduce/allreduce/scan send; gather/allgather
     send (one block); scatter recv (one block); alltoall send / P (one block); reduce_scatter
@@ -281,7 +284,7 @@ class _Prepared:
     sbytes: np.ndarray
     dest: np.ndarray
     #: eager / inter-node bits of sends and receives, a send's uncontended wire time
-    #: (pmac.replay_passes.scan)
+    #: (pmac.replay_passes.prepare_events)
     sflag: np.ndarray
     wire: np.ndarray
     #: the packed network (pmac.collectives), its contention state fresh
@@ -301,6 +304,11 @@ class _Prepared:
     inst_table_s: np.ndarray
     node_of_rank: np.ndarray
     n_messages: int
+    #: the per-event records (pmac.replay_core.event_dtypes) the per-event arrays above are views
+    #: of; also post_t, arrival, cause for the core
+    rec: np.ndarray
+    #: per rank: sum of bursts, bytes sent, bytes received through matched messages
+    totals: np.ndarray
     #: with Startall calls expanded into one row per request: the first row of each original event
     first_of: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
@@ -363,11 +371,11 @@ def _startall_as_starts(rank, seq, burst, cols, requests):
     return rank[src], seq[src], new_burst, first_of
 
 
-def _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks) -> _Prepared:
+def _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks, caps=None) -> _Prepared:
+    """The core's arrays; ``caps``: the first sizes of the preparation's hash tables (tests)."""
     rank = _col(events, "rank", np.int32)
     seq = _col(events, "seq", np.int64)
     n = rank.size
-    # a fresh writable copy: numba compiles read-only arrays (pandas copy-on-write) separately
     burst = np.ascontiguousarray(events["burst_s"] if burst_s is None else burst_s, dtype=np.float64)  # read only
     if burst.shape != (n,):
         raise InputError(f"burst_s has {burst.size} values for {n} events")
@@ -404,9 +412,6 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     rank_off = np.searchsorted(rank, np.arange(n_ranks + 1)).astype(np.int64)  # rows are sorted by rank
     op = cols["op"]
     dest, source, comm = cols["dest"], cols["source"], cols["comm"]
-    kind = np.empty(n, np.int8)
-    sflag = np.empty(n, np.int8)
-    wire = np.empty(n)  # read only where set
     sbytes = cols["send_bytes"]
     nf, ni = pack_network(network, node_of_rank if n_ranks else np.zeros(1, np.int64), options)
     display_op = cols.pop("display_op", op)
@@ -414,48 +419,53 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     def where_str(e):
         return f"rank {int(rank[e])} {op_name(display_op[e])} (seq {int(seq[e])})"
 
-    err, e = passes.scan(op, rank, dest, source, burst, sbytes, n_ranks, _KIND, _MODE, node_of_rank, nf, ni,
-                         kind, sflag, wire)
-    if err == 4:
+    # ---- one pass: kinds, link constants, matching, waits' requests, per-rank totals
+    if requests is None:
+        req_cols = (np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int8))
+    else:
+        req_cols = (_col(requests, "rank", np.int32), _col(requests, "request", np.int64),
+                    _col(requests, "completed", np.int8))
+    narrow = max(n, req_cols[0].size) < core.NARROW_LIMIT
+    rec_dt, pair_dt = core.event_dtypes(narrow)
+    rec = np.empty(n + 1, rec_dt)  # +1: sentinel event that never posts (missing collective member)
+    pairs = np.empty(n, pair_dt)
+    burst_in = burst
+    kind, sflag, wire, burst = rec["kind"][:n], rec["sflag"][:n], rec["wire"][:n], rec["burst"][:n]
+    psend, precv = pairs["psend"], pairs["precv"]
+    wreq_off = rec["wreq_off"]
+    wreq_buf = np.empty(req_cols[0].size, np.int32 if narrow else np.int64)  # numpy's: huge pages
+    coll = np.empty(int(op_count[_COLLECTIVE_OPS].sum()), np.int64)
+    totals = np.empty((3, n_ranks))
+    n_messages, n_wreq, n_coll, err, e = passes.with_retry(
+        lambda cap_m, cap_w: passes.prepare_events(
+            op, rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], sbytes, burst_in, cols["request"],
+            cols["req_offset"], cols["n_requests"], *req_cols, requests is not None, n_ranks, _KIND, _MODE,
+            node_of_rank, nf, ni, kind, sflag, wire, burst, rec["post_t"], rec["arrival"], psend, precv, wreq_off,
+            wreq_buf, coll, totals[0], totals[1], totals[2], cap_m, cap_w),
+        *(caps or (_pow2_at_least(8 * n_ranks + 64), 256)))
+    if err == passes.E_BURST:
         raise InputError("burst_s must be finite and >= 0")
-    if err == 5:
+    if err == passes.E_RANK:
         raise InputError(f"events: rank {int(rank[e])} outside 0..{n_ranks - 1}")
-    if err in (1, 2):
-        what, arr = ("destination", dest) if err == 1 else ("source", source)
+    if err in (passes.E_DEST, passes.E_SOURCE):
+        what, arr = ("destination", dest) if err == passes.E_DEST else ("source", source)
         raise ReplayError(f"{where_str(e)}: {what} {int(arr[e])} is not a rank of this trace")
-    if err == 3:
+    if err == passes.E_ANY_SOURCE:
         raise ReplayError(f"{where_str(e)}: receive from MPI_ANY_SOURCE without the status source; "
                           "cannot match it")
-    # ---- point-to-point matching (hash tables, O(n))
-    psend = np.empty(n, np.int64)
-    precv = np.empty(n, np.int64)
-    n_messages, _, _ = passes.with_retry(
-        lambda cap: passes.match(kind, rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], psend, precv, cap),
-        _pow2_at_least(8 * n_ranks + 64))
-
-    # ---- requests of completion calls -> the events that created them
-    wreq_off = np.zeros(n + 1, np.int64)
-    wreq_ev = np.zeros(0, np.int64)
-    if any(op_count[o] for o in COMPLETION_OPS):
-        if requests is None:
-            if np.any((kind == K_WAIT) & (cols["n_requests"] > 0)):
-                raise InputError("events have wait/test calls but no requests table was given")
-        else:
-            wreq_off = np.empty(n + 1, np.int64)  # every entry written by resolve_waits
-            req_cols = (_col(requests, "rank", np.int32), _col(requests, "request", np.int64),
-                        _col(requests, "completed", np.int8))
-            wreq_buf = np.empty(req_cols[0].size, np.int64)   # numpy's (pmac.replay_passes.resolve_waits)
-            wreq_ev, err, e = passes.with_retry(
-                lambda cap: passes.resolve_waits(kind, op, rank, cols["request"], cols["req_offset"],
-                                                 cols["n_requests"], *req_cols, wreq_off, wreq_buf, cap), 256)
-            if err == 1:
-                raise InputError(f"{where_str(e)}: req_offset/n_requests point outside the requests table")
-            if err == 2:
-                raise InputError(f"{where_str(e)}: its requests rows belong to another rank")
+    if err == passes.E_NO_REQUESTS:
+        raise InputError("events have wait/test calls but no requests table was given")
+    if err == passes.E_REQ_ROWS:
+        raise InputError(f"{where_str(e)}: req_offset/n_requests point outside the requests table")
+    if err == passes.E_REQ_RANK:
+        raise InputError(f"{where_str(e)}: its requests rows belong to another rank")
+    if err:
+        raise InputError(f"events: a preparation table outgrew its limit at {where_str(e)} (error {err})")
+    wreq_ev = wreq_buf[:n_wreq]
+    coll = coll[:n_coll]
     op = display_op
 
     # ---- collective instances: the k-th collective on a communicator of each member
-    coll = np.flatnonzero((kind == K_COLL) | (kind == K_ICOLL))
     inst_off = np.zeros(1, np.int64)
     inst_ev = np.zeros(0, np.int64)
     inst_op = np.zeros(0, np.int64)
@@ -542,7 +552,8 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
                      psend=psend, precv=precv, wreq_off=wreq_off, wreq_ev=np.ascontiguousarray(wreq_ev),
                      inst_off=inst_off, inst_ev=inst_ev, inst_op=inst_op,
                      inst_root=inst_root, inst_bytes=inst_bytes, inst_table_s=inst_table,
-                     node_of_rank=node_of_rank, n_messages=n_messages, first_of=first_of,
+                     node_of_rank=node_of_rank, n_messages=n_messages, rec=rec, totals=totals,
+                     first_of=first_of,
                      extra={"order": order, "dest": dest, "source": source, "comm": comm})
 
 
@@ -590,9 +601,9 @@ def replay(events, burst_s=None, placement=None, network: NetworkModel | None = 
         progress(0.0, "matching messages")
     prep = _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks)
     n = prep.kind.size
-    post_t = np.full(n + 1, np.nan)  # +1: sentinel event that never posts (missing collective member)
-    arrival = np.full(n + 1, np.nan)
-    cause = np.empty(n + 1, np.int64)
+    post_t = prep.rec["post_t"]   # NaN until posted (pmac.replay_passes.prepare_events)
+    arrival = prep.rec["arrival"]
+    cause = prep.rec["cause"]
     end_t = np.full(n + 1 if options.timeline else 1, np.nan)
     p = prep.n_ranks
     comm_out = np.zeros(p)
@@ -611,12 +622,12 @@ def replay(events, burst_s=None, placement=None, network: NetworkModel | None = 
                   cause, comm_out, wait_out, clock, ptr, bk, bw)
     if not ok:
         raise ReplayError(_deadlock_message(prep, ptr, bk, bw))
-    compute, sent, received = passes.per_rank_totals(prep.kind, prep.rank, prep.dest, prep.sbytes, prep.precv,
-                                                     prep.burst, p)
+    compute, sent, received = prep.totals
     finish = clock.copy()
     crit = _critical(prep, post_t, cause, finish)
     first = prep.first_of
-    res = dict(n_ranks=p, n_events=n if first is None else first.size, finish_s=finish, compute_s=compute, comm_s=comm_out, wait_s=wait_out,
+    res = dict(n_ranks=p, n_events=n if first is None else first.size, finish_s=finish, compute_s=compute,
+               comm_s=comm_out, wait_s=wait_out,
                critical_rank_s=crit, n_collectives=int(prep.inst_off.size - 1), n_messages=prep.n_messages,
                options=options, sent_bytes=sent, received_bytes=received)
     if options.timeline:

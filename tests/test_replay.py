@@ -778,33 +778,54 @@ def test_persistent_requests_replay_as_their_isend_irecv():
     check_split(res)
 
 
-def test_preparation_tables_that_fill_up_are_retried_with_the_same_result():
-    """The matching and wait-resolution passes use fixed-size hash tables and report OVERFLOW;
-    with_retry doubles them: starting from 2 slots gives the same partners and waits as from 4096."""
+def test_preparation_tables_that_fill_up_are_retried_with_the_same_result(monkeypatch):
+    """The preparation pass uses fixed-size hash tables (matching, request handles) and reports
+    which one filled up; with_retry doubles that one: starting from 2 slots each gives the same
+    partners, waits and totals as the default sizes."""
+    from pmac import replay as RP
     from pmac import replay_passes as P
 
     rng = np.random.default_rng(3)
     t = random_trace(rng, 7, 12)
     ev, rq = t.events(), t.requests()
-    kind = R_KIND[ev["op"].to_numpy().astype(np.int64) & 0xFF]
-    cols = {c: np.ascontiguousarray(ev[c]) for c in ev.columns}
-    out = {}
-    for cap in (2, 4096):
-        ps, pr = np.empty(len(ev), np.int64), np.empty(len(ev), np.int64)
-        n_msg, err, _ = P.with_retry(lambda c: P.match(kind, cols["rank"], cols["dest"], cols["source"], cols["comm"],
-                                                       cols["send_tag"], cols["recv_tag"], ps, pr, c), cap)
-        off = np.zeros(len(ev) + 1, np.int64)
-        wev, err2, _ = P.with_retry(lambda c: P.resolve_waits(
-            kind, cols["op"], cols["rank"], cols["request"], cols["req_offset"], cols["n_requests"],
-            np.ascontiguousarray(rq["rank"]), np.ascontiguousarray(rq["request"]),
-            np.ascontiguousarray(rq["completed"]), off, np.empty(len(rq), np.int64), c), cap)
-        assert err == 0 and err2 == 0
-        out[cap] = (n_msg, ps, pr, off, wev)
-    assert out[2][0] == out[4096][0] > 0
-    for a, b in zip(out[2][1:], out[4096][1:]):
-        np.testing.assert_array_equal(a, b)
-    assert P.match(kind, cols["rank"], cols["dest"], cols["source"], cols["comm"], cols["send_tag"],
-                   cols["recv_tag"], ps, pr, 2)[1] == P.OVERFLOW
+    codes = []
+    real = P.prepare_events
+
+    def spy(*a):
+        out = real(*a)
+        codes.append(out[-2])
+        return out
+
+    monkeypatch.setattr(P, "prepare_events", spy)
+    small = RP._prepare(ev, None, None, net1(), ReplayOptions(), rq, None, 7, caps=(2, 2))
+    assert P.OVERFLOW_MATCH in codes and P.OVERFLOW_HANDLES in codes and codes[-1] == 0
+    codes.clear()
+    big = RP._prepare(ev, None, None, net1(), ReplayOptions(), rq, None, 7)
+    assert codes == [0]
+    assert small.n_messages == big.n_messages > 0 and small.wreq_ev.size == big.wreq_ev.size > 0
+    for name in ("psend", "precv", "wreq_off", "wreq_ev", "totals", "kind", "sflag"):
+        np.testing.assert_array_equal(getattr(small, name), getattr(big, name))
+
+
+def test_wide_event_indices_give_the_same_replay(monkeypatch):
+    """Traces of 2**31 events or more index events with 64 bits (pmac.replay_core.event_dtypes);
+    forced on a small trace, every result equals the 32-bit one."""
+    from pmac import replay as RP
+    from pmac import replay_core
+
+    rng = np.random.default_rng(5)
+    t = random_trace(rng, 6, 15)
+    ev, rq = t.events(), t.requests()
+    opts = ReplayOptions(timeline=True)
+    narrow = replay(ev, None, None, net1(), opts, requests=rq, n_ranks=6)
+    assert RP._prepare(ev, None, None, net1(), opts, rq, None, 6).psend.dtype == np.int32
+    monkeypatch.setattr(replay_core, "NARROW_LIMIT", 0)
+    assert RP._prepare(ev, None, None, net1(), opts, rq, None, 6).psend.dtype == np.int64
+    wide = replay(ev, None, None, net1(), opts, requests=rq, n_ranks=6)
+    assert wide.n_messages == narrow.n_messages > 0
+    for name in ("finish_s", "compute_s", "comm_s", "wait_s", "critical_rank_s", "start_s", "end_s",
+                 "sent_bytes", "received_bytes"):
+        np.testing.assert_array_equal(getattr(wide, name), getattr(narrow, name))
 
 
 def test_stale_numba_caches_of_layout_readers_are_dropped():
