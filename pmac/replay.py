@@ -409,7 +409,8 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         n = rank.size
     if op_count[Op.START] or op_count[Op.STARTALL]:
         _starts_as_nonblocking(rank, cols)
-    rank_off = np.searchsorted(rank, np.arange(n_ranks + 1)).astype(np.int64)  # rows are sorted by rank
+    # rows are sorted by rank; the needles in rank's dtype (int64 ones made numpy convert all of rank)
+    rank_off = np.searchsorted(rank, np.arange(n_ranks + 1, dtype=rank.dtype)).astype(np.int64)
     op = cols["op"]
     dest, source, comm = cols["dest"], cols["source"], cols["comm"]
     sbytes = cols["send_bytes"]
