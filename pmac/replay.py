@@ -214,6 +214,8 @@ for _o in Op:
         _KIND[_o] = K_ICOLL
 #: op codes the core treats as collectives
 _COLLECTIVE_OPS = np.flatnonzero((_KIND == K_COLL) | (_KIND == K_ICOLL))
+#: op codes whose receive tag can be MPI_ANY_TAG in the core (a Recv_init's passes to its Starts)
+_RECEIVE_OPS = np.append(np.flatnonzero((_KIND == K_RECV) | (_KIND == K_SENDRECV) | (_KIND == K_IRECV)), Op.RECV_INIT)
 _MODE = np.zeros(256, np.int8)
 for _o in (Op.SSEND, Op.ISSEND):
     _MODE[_o] = 1
@@ -402,7 +404,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         node_of_rank = np.array(placement, dtype=np.int64, copy=True)
         if node_of_rank.shape != (n_ranks,) or (n_ranks and node_of_rank.min() < 0):
             raise InputError(f"placement must give a node >= 0 for each of the {n_ranks} ranks")
-    op_count = passes.op_histogram(cols["op"])
+    op_count, any_tag_count = passes.op_histogram(cols["op"], cols["recv_tag"])
     first_of = None
     if op_count[Op.STARTALL]:
         rank, seq, burst, first_of = _startall_as_starts(rank, seq, burst, cols, requests)
@@ -440,7 +442,8 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     n_messages, n_wreq, n_coll, err, e = passes.with_retry(
         lambda cap_m, cap_w: passes.prepare_events(
             op, rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], sbytes, burst_in, cols["request"],
-            cols["req_offset"], cols["n_requests"], *req_cols, requests is not None, n_ranks, _KIND, _MODE,
+            cols["req_offset"], cols["n_requests"], *req_cols, requests is not None,
+            bool(any_tag_count[_RECEIVE_OPS].any()), n_ranks, _KIND, _MODE,
             node_of_rank, nf, ni, kind, sflag, wire, burst, rec["post_t"], rec["arrival"], psend, precv, wreq_off,
             wreq_buf, coll, totals[0], totals[1], totals[2], cap_m, cap_w),
         *(caps or (_pow2_at_least(8 * n_ranks + 64), 256)))

@@ -68,10 +68,15 @@ def sorted_by_rank_seq(rank, seq):
 
 
 @njit(cache=True)
-def op_histogram(op):
-    out = np.zeros(256, np.int64)
+def op_histogram(op, recv_tag):
+    """Calls per op code (row 0), and calls with a negative receive tag (MPI_ANY_TAG) per op
+    code (row 1)."""
+    out = np.zeros((2, 256), np.int64)
     for e in range(op.shape[0]):
-        out[op[e] & 0xFF] += 1
+        o = op[e] & 0xFF
+        out[0, o] += 1
+        if recv_tag[e] < 0:
+            out[1, o] += 1
     return out
 
 
@@ -83,9 +88,9 @@ OVERFLOW_MATCH, OVERFLOW_HANDLES = 9, 10
 
 @njit(cache=True)
 def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, burst_in, request, req_offset,
-                   n_requests, req_rank, req_handle, req_done, have_requests, n_ranks, kind_lut, mode_lut,
-                   node_of_rank, nf, ni, kind, sflag, wire, burst, post_t, arrival, psend, precv, wreq_off, wreq_out,
-                   coll_out, compute, sent, got, cap_m, cap_w):
+                   n_requests, req_rank, req_handle, req_done, have_requests, any_tag, n_ranks, kind_lut,
+                   mode_lut, node_of_rank, nf, ni, kind, sflag, wire, burst, post_t, arrival, psend, precv, wreq_off,
+                   wreq_out, coll_out, compute, sent, got, cap_m, cap_w):
     """Everything the core needs of every event, in one pass over the events (ordered by rank,
     then seq); returns (messages matched, request rows resolved, collective calls, error code,
     event). The outputs from ``kind`` to ``wreq_off`` are fields of the per-event records
@@ -99,7 +104,8 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
       ``arrival`` NaN (not yet simulated); the burst copied.
     - Matching: the k-th send of (comm, source, dest, tag) to the k-th receive of the same key, in
       event order (MPI's non-overtaking rule); a (comm, source, dest) pair with an MPI_ANY_TAG
-      receive ignores tags. ``psend`` / ``precv``: partner event, P_NULL, P_UNMATCHED. Per key a
+      receive ignores tags (``any_tag``: some receive has a negative tag). ``psend`` / ``precv``:
+      partner event, P_NULL, P_UNMATCHED. Per key a
       FIFO of the side that is ahead, linked through the partner fields themselves (a pending
       entry holds ``-(next + 10)``, the tail P_UNMATCHED). OVERFLOW_MATCH: more than ``cap_m / 2``
       keys.
@@ -136,7 +142,7 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
     wb = np.empty(cap_m, np.int64)
     wv = np.zeros(cap_m, np.bool_)
     n_wild = 0
-    for e in range(n):
+    for e in range(n if any_tag else 0):
         k = kind_lut[op[e] & 0xFF]
         if _is_recv(k) and source[e] >= 0 and recv_tag[e] < 0:
             a = (np.int64(comm[e]) << 32) | np.int64(source[e])
@@ -170,6 +176,8 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
     m = 0
     wreq_off[0] = 0
     nc = 0
+    acc_c = 0.0
+    acc_s = 0.0
     for e in range(n):
         bt = burst_in[e]
         if not (bt >= 0.0 and bt < np.inf):
@@ -185,7 +193,15 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
         arrival[e] = np.nan
         psend[e] = P_UNMATCHED    # entries of earlier events only are linked below
         precv[e] = P_UNMATCHED
-        compute[r] += bt
+        if r != cur_rank:
+            if cur_rank >= 0:
+                compute[cur_rank] += acc_c
+                sent[cur_rank] += acc_s
+            acc_c = 0.0
+            acc_s = 0.0
+            cur_rank = r
+            n_live = 0
+        acc_c += bt
         # ---- per-call link constants
         flag = 0
         if _is_send(k):
@@ -197,7 +213,7 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
                 dst_n = node_of_rank[d]
                 link = 0 if src_n == dst_n else 1
                 mb = sbytes[e]
-                sent[r] += mb
+                acc_s += mb
                 mode = mode_lut[o]
                 thr = eag0 if link == 0 else eag1
                 eager = mode == 2 or (mode == 0 and mb <= thr)
@@ -296,9 +312,6 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
             coll_out[nc] = e
             nc += 1
         # ---- requests: handles created, and the creators of the requests a wait completes
-        if r != cur_rank:
-            cur_rank = r
-            n_live = 0
         if (k == K_ISEND or k == K_IRECV or k == K_ICOLL) and request[e] != NONE:
             hd = request[e]
             h = _hash(hd, r, wmask)
@@ -339,6 +352,9 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
                 wreq_out[j] = cr
                 m += 1
         wreq_off[e + 1] = m
+    if cur_rank >= 0:
+        compute[cur_rank] += acc_c
+        sent[cur_rank] += acc_s
     # the sentinel record (a collective member that never posts)
     post_t[n] = np.nan
     arrival[n] = np.nan

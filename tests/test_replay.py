@@ -744,6 +744,30 @@ def test_startall_replays_as_the_isend_irecv_of_its_requests():
     assert list(res.event_seq[res.event_rank == 0]) == list(range(10))
 
 
+def test_a_persistent_any_tag_receive_matches_sends_of_any_tag():
+    """A Recv_init with MPI_ANY_TAG passes the wildcard to its Starts (the trace's only negative
+    receive tag): they match sends of other tags, as an Irecv with MPI_ANY_TAG does."""
+    def build(persistent):
+        t = Trace(2)
+        if persistent:
+            t.add(1, Op.RECV_INIT, source=0, recv_bytes=64, recv_tag=-1, request=2)
+        for it in range(3):
+            t.add(0, Op.SEND, dest=1, send_bytes=64, send_tag=it + 5, burst_s=1e-6)
+            if persistent:
+                t.add(1, Op.START, request=2)
+            else:
+                t.add(1, Op.IRECV, source=0, recv_bytes=64, recv_tag=-1, request=2)
+            t.waitall(1, [2], op=Op.WAIT)
+        return t
+
+    ref = build(False).run()
+    t = build(True)
+    res = replay(t.events(), None, None, net1(), ReplayOptions(), requests=t.requests(), n_ranks=2)
+    assert res.n_messages == ref.n_messages == 3
+    np.testing.assert_allclose(res.finish_s, ref.finish_s, rtol=REL)
+    assert res.finish_s[1] == approx(3 * (1e-6 + OS) + L + 64 / B + OR)  # the third eager send
+
+
 def test_persistent_requests_replay_as_their_isend_irecv():
     """Send_init/Recv_init once, then Start + Wait per iteration: the same times as Isend/Irecv +
     Wait with those parameters; the caller's table is left as it was."""
