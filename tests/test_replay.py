@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pmac.errors import ReplayError
+from pmac.errors import InputError, ReplayError
 from pmac.profile import CollectiveCost, LinkModel, LinkSegment, NetworkModel
 from pmac.replay import _KIND as R_KIND
 from pmac.replay import ReplayOptions, replay
@@ -256,6 +256,47 @@ def test_any_source_matches_status_source_and_tags_in_order():
     t.add(1, Op.SEND, dest=0, send_bytes=8)
     with pytest.raises(ReplayError, match=r"rank 0 RECV \(seq 0\): receive from MPI_ANY_SOURCE"):
         t.run()
+
+
+def test_bad_calls_are_named_in_one_line():
+    """The preparation pass stops at the first bad call and the error names it (rank, op, seq)."""
+    def err(build, run_kw=None):
+        t = Trace(2)
+        build(t)
+        with pytest.raises((ReplayError, InputError)) as e:
+            replay(t.events(), None, None, net1(), ReplayOptions(), n_ranks=2,
+                   **(run_kw if run_kw is not None else {"requests": t.requests()}))
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    def bad_dest(t):
+        t.add(0, Op.SEND, dest=1, send_bytes=8)
+        t.add(0, Op.SEND, dest=5, send_bytes=8)
+    assert err(bad_dest) == "rank 0 SEND (seq 1): destination 5 is not a rank of this trace"
+
+    def bad_source(t):
+        t.add(1, Op.IRECV, source=-7, recv_bytes=8, request=1)
+    assert err(bad_source) == "rank 1 IRECV (seq 0): source -7 is not a rank of this trace"
+
+    def bad_burst(t):
+        t.add(0, Op.BARRIER, burst_s=-1e-6)
+    assert err(bad_burst) == "burst_s must be finite and >= 0"
+
+    def wait(t):
+        h = t.irecv(1, 0, 8)
+        t.add(0, Op.SEND, dest=1, send_bytes=8)
+        t.waitall(1, [h])
+    assert err(wait, {}) == "events have wait/test calls but no requests table was given"
+
+    def rows_outside(t):
+        wait(t)
+        t.rows[-1]["req_offset"] = 3
+    assert err(rows_outside) == "rank 1 WAITALL (seq 1): req_offset/n_requests point outside the requests table"
+
+    def rows_of_rank0(t):
+        wait(t)
+        t.reqs[-1]["rank"] = 0
+    assert err(rows_of_rank0) == "rank 1 WAITALL (seq 1): its requests rows belong to another rank"
 
 
 def binomial_bcast_expected(p, root, m, os_=OS, or_=OR, w=None):
@@ -583,7 +624,6 @@ def test_shaper_monotone_in_rate_and_bucket():
 
 
 def test_shaper_fields_round_trip_and_intra_node_shaper_refused(tmp_path):
-    from pmac.errors import InputError
     from pmac.profile import MachineProfile, load_profile, save_profile
 
     prof = MachineProfile(name="shaped", network=shaped_net(2.5e6, 5000.0))
