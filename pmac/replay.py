@@ -60,7 +60,9 @@ Semantics (see pmac.collectives for the message and collective models):
   :class:`~pmac.errors.ReplayError` naming each blocked rank, its call (op, seq) and what it
   waits for.
 
-Memory: a few arrays of one number per event; no per-event Python objects.
+Memory: two records per event (56 bytes with 32-bit indices, pmac.replay_core.event_dtypes) and
+one index per request row (with ``options.timeline`` one end time per event too); no per-event
+Python objects.
 """
 
 from __future__ import annotations
