@@ -485,48 +485,64 @@ def variant_switch(variants: tuple[Variant, ...] | list[Variant], **cluster_kw) 
 
 # ---------------------------------------------------------------- network profiles of the variants
 
-def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, quick: bool, workdir: str | Path,
-                           progress=None, timeout_s: float | None = None, reuse: bool = False) -> dict[str, tuple]:
-    """Measure the network of every variant with pmac's network probe (two ranks per run).
-
-    Returns ``{name: (NetworkModel, raw tables, {record: quick})}``. Shared memory: two ranks on the host
-    (``intra_node``). TCP: two ranks on two nodes (``inter_node`` and its collectives) at the
-    variant's rate, and two ranks in one node (``intra_node``: TCP over the node's loopback,
-    as MPIR_CVAR_NOLOCAL makes it; no tbf there, so measured once for all TCP variants).
-    Each run keeps its probe record in ``workdir/<variant>-<what>/network.npz``; ``reuse`` fits
-    existing records again instead of measuring (no cluster is built then).
-    """
-    import pandas as pd
-
-    from .probe_network import measure_network, model_from_record, read_record
-    from .profile import NetworkModel
-
-    progress = progress or (lambda f, m: None)
-    workdir = Path(workdir)
+def probe_runs(variants) -> list[tuple[Variant, str]]:
+    """The network probe runs the variants need: (variant, "shm" | "tcp-intra" | "inter")."""
     runs = [(v, "shm") for v in variants if v.transport == "shm"]
     tcp = [v for v in variants if v.transport == "tcp"]
     if tcp:
         runs.append((tcp[0], "tcp-intra"))
         runs += [(v, "inter") for v in tcp]
+    return runs
+
+
+def probe_with_switch(sw: VariantSwitch, runs, *, quick: bool, workdir: str | Path, progress=None,
+                      timeout_s: float | None = None) -> dict[tuple[str, str], tuple]:
+    """Run the network probe for each of ``runs`` (:func:`probe_runs`) on an open
+    :class:`VariantSwitch`; ``{(variant, what): (NetworkModel, raw tables, quick)}``."""
+    from .probe_network import measure_network
+
+    progress = progress or (lambda f, m: None)
+    workdir = Path(workdir)
     done: dict[tuple[str, str], tuple] = {}
-    if reuse:
-        for v, what in runs:
-            tables, meta = read_record(workdir / f"{v.name}-{what}" / "network.npz")
-            done[(v.name, what)] = (model_from_record(tables, meta), tables, bool(meta.get("quick", quick)))
-        runs = []
-    with variant_switch(variants if runs else []) as sw:
-        for i, (v, what) in enumerate(runs):
-            def sub(f, m, i=i, name=f"{v.name} {what}"):
-                progress((i + f) / len(runs), f"{name}: {m}")
-            kw = dict(quick=quick, workdir=workdir / f"{v.name}-{what}", progress=sub, timeout_s=timeout_s)
-            if what == "shm":
-                done[(v.name, what)] = (*measure_network(n_ranks=2, **kw), quick)
-            else:
-                launcher = sw.activate(v)
-                cl = launcher.cluster
-                rpn = 2 if what == "tcp-intra" else 1
-                done[(v.name, what)] = (*measure_network(mpiexec_prefix=cl.mpiexec_prefix(2, rpn),
-                                                         node_map=list(cl.rank_to_node(2, rpn)), **kw), quick)
+    for i, (v, what) in enumerate(runs):
+        def sub(f, m, i=i, name=f"{v.name} {what}"):
+            progress((i + f) / len(runs), f"{name}: {m}")
+        kw = dict(quick=quick, workdir=workdir / f"{v.name}-{what}", progress=sub, timeout_s=timeout_s)
+        if what == "shm":
+            done[(v.name, what)] = (*measure_network(n_ranks=2, **kw), quick)
+        else:
+            launcher = sw.activate(v)
+            cl = launcher.cluster
+            rpn = 2 if what == "tcp-intra" else 1
+            done[(v.name, what)] = (*measure_network(mpiexec_prefix=cl.mpiexec_prefix(2, rpn),
+                                                     node_map=list(cl.rank_to_node(2, rpn)), **kw), quick)
+    return done
+
+
+def pool_probes(rounds: list[dict[tuple[str, str], tuple]]) -> dict[tuple[str, str], tuple]:
+    """One fit per probe run from the repetitions of several rounds of :func:`probe_with_switch`
+    (raw tables concatenated, fitted again: the fit's quantile then spans every round)."""
+    import pandas as pd
+
+    from .probe_network import model_from_record
+
+    out = {}
+    for key in rounds[0]:
+        parts = [r[key] for r in rounds]
+        tables = {k: pd.concat([p[1][k] for p in parts if k in p[1]], ignore_index=True) for k in parts[0][1]}
+        model = model_from_record(tables, {"mpi_library": parts[0][0].mpi_library})
+        out[key] = (model, tables, all(p[2] for p in parts))
+    return out
+
+
+def assemble_networks(variants, done: dict[tuple[str, str], tuple]) -> dict[str, tuple]:
+    """``{name: (NetworkModel, raw tables, {record: quick})}`` per variant from the probe runs:
+    a TCP variant's intra_node is the one TCP-over-loopback run, its inter_node its own run."""
+    import pandas as pd
+
+    from .profile import NetworkModel
+
+    tcp = [v for v in variants if v.transport == "tcp"]
     out = {}
     for v in variants:
         if v.transport == "shm":
@@ -541,5 +557,33 @@ def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, qui
         tables = {k: pd.concat([intra_tables[k], inter_tables[k]], ignore_index=True)
                   for k in inter_tables if k in intra_tables}
         out[v.name] = (model, tables, {f"{tcp[0].name}-tcp-intra": q_intra, f"{v.name}-inter": q_inter})
+    return out
+
+
+def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, quick: bool, workdir: str | Path,
+                           progress=None, timeout_s: float | None = None, reuse: bool = False) -> dict[str, tuple]:
+    """Measure the network of every variant with pmac's network probe (two ranks per run).
+
+    Returns ``{name: (NetworkModel, raw tables, {record: quick})}``. Shared memory: two ranks on the host
+    (``intra_node``). TCP: two ranks on two nodes (``inter_node`` and its collectives) at the
+    variant's rate, and two ranks in one node (``intra_node``: TCP over the node's loopback,
+    as MPIR_CVAR_NOLOCAL makes it; no tbf there, so measured once for all TCP variants).
+    Each run keeps its probe record in ``workdir/<variant>-<what>/network.npz``; ``reuse`` fits
+    existing records again instead of measuring (no cluster is built then).
+    """
+    from .probe_network import model_from_record, read_record
+
+    progress = progress or (lambda f, m: None)
+    workdir = Path(workdir)
+    runs = probe_runs(variants)
+    if reuse:
+        done = {}
+        for v, what in runs:
+            tables, meta = read_record(workdir / f"{v.name}-{what}" / "network.npz")
+            done[(v.name, what)] = (model_from_record(tables, meta), tables, bool(meta.get("quick", quick)))
+    else:
+        with variant_switch(variants) as sw:
+            done = probe_with_switch(sw, runs, quick=quick, workdir=workdir, progress=progress, timeout_s=timeout_s)
+    out = assemble_networks(variants, done)
     progress(1.0, "done")
     return out

@@ -264,3 +264,42 @@ def test_shipped_variant_profiles():
 
     t = {n: one_message(link) for n, link in links.items()}
     assert t["emu-tcp"] < t["emu-tcp-1gbit"] < t["emu-tcp-200mbit"] < t["emu-tcp-20mbit"]
+
+
+def test_probe_rounds_pool_into_one_fit():
+    """bench/validate_emulated --probe-each-round: pooling rounds refits on every repetition. The
+    shipped emu-tcp-200mbit record split in two "rounds" (alternate rows) pools back to the fit of
+    the whole record; either round alone fits differently (fewer repetitions per size)."""
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+
+    from pmac.probe_network import model_from_record
+    from pmac.profile import RAW_TABLES, load_profile
+    from pmac.table import load_tables
+
+    machines = Path(__file__).resolve().parents[1] / "machines"
+    prof = load_profile(machines / "emu-tcp-200mbit.yaml")
+    tables = {k: v for k, v in load_tables(machines / prof.raw_file, RAW_TABLES).items()
+              if k in ("pingpong", "collective")}
+    meta = {"mpi_library": prof.network.mpi_library}
+    whole = model_from_record(tables, meta)
+    halves = [{k: v.iloc[i::2].reset_index(drop=True) for k, v in tables.items()} for i in (0, 1)]
+    rounds = [{("emu-tcp-200mbit", "inter"): (model_from_record(h, meta), h, True)} for h in halves]
+    pooled = E.pool_probes(rounds)[("emu-tcp-200mbit", "inter")]
+    assert pooled[2] is True
+    assert sum(len(h["pingpong"]) for h in halves) == len(pooled[1]["pingpong"]) == len(tables["pingpong"])
+    def numbers(link):
+        out = []
+        for v in dataclasses.asdict(link).values():
+            for x in (v if isinstance(v, (tuple, list)) else (v,)):
+                out += list(x.values()) if isinstance(x, dict) else [x]
+        return [float(x) for x in out if isinstance(x, (int, float)) and x is not None]
+
+    np.testing.assert_allclose(numbers(pooled[0].inter_node), numbers(whole.inter_node), rtol=1e-9)
+    assert len(numbers(whole.inter_node)) > 20
+    assert pooled[0].inter_node.shaped and pooled[0].inter_node.shaper_rate_bytes_per_s == pytest.approx(
+        whole.inter_node.shaper_rate_bytes_per_s)
+    assert any(numbers(r[k][0].inter_node) != numbers(whole.inter_node) for r in rounds for k in r)
+    assert isinstance(pooled[1]["collective"], pd.DataFrame)
