@@ -110,10 +110,10 @@ def topology_for(profile: MachineProfile, n_nodes: int):
     return gens[kind](**spec), None
 
 
-def _replay(sig: Signature, burst_s: np.ndarray, placement: np.ndarray, profile: MachineProfile, *,
+def _replay(replayer, burst_s: np.ndarray, placement: np.ndarray, profile: MachineProfile, *,
             contention: bool, timeline: bool, measured_collectives: bool = False) -> ReplayOut:
-    """Adapter over :func:`pmac.replay.replay_signature`."""
-    from .replay import ReplayOptions, replay_signature
+    """Adapter over :class:`pmac.replay.Replayer` (one per signature: matched once for every machine)."""
+    from .replay import ReplayOptions
 
     notes = []
     topo = None
@@ -123,7 +123,7 @@ def _replay(sig: Signature, burst_s: np.ndarray, placement: np.ndarray, profile:
             notes.append(note)
     opts = ReplayOptions(contention=contention, topology=topo, timeline=timeline,
                          measured_collectives=measured_collectives)
-    res = replay_signature(sig, burst_s, placement, profile.network, opts)
+    res = replayer.replay(burst_s, placement, profile.network, opts)
     tl = None
     if timeline and res.start_s is not None:
         tl = pd.DataFrame(dict(rank=np.asarray(res.event_rank, dtype=np.int64),
@@ -278,6 +278,9 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         notes.append(f"{n_started} MPI_Start/Startall call(s) of persistent requests are not replayed "
                      "(their Send_init/Recv_init is not in the trace): their messages take no time")
     app = str(sig.header.parameters.get("app", sig.name))
+    from .replay import Replayer
+
+    replayer = Replayer(sig_r.events, requests=sig_r.requests, comms=sig_r.comms, n_ranks=sig_r.n_ranks)
     rows, per_rank, crit, tl = [], [], [], []
     for k, p in enumerate(profiles):
         rpn = rpns[k]
@@ -289,7 +292,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
                                                           or sig.name in p.overlap.calibrated_on):
             notes.append(f"{p.name}: overlap model calibrated on '{app}' itself: not an independent prediction")
         burst = np.ascontiguousarray(bursts_all[k])
-        r = _replay(sig_r, burst, placement, p, contention=contention, timeline=timeline,
+        r = _replay(replayer, burst, placement, p, contention=contention, timeline=timeline,
                     measured_collectives=measured_collectives)
         notes += [f"{p.name}: {x}" for x in r.notes]
         crit_rank = int(np.argmax(r.finish_s))

@@ -67,6 +67,7 @@ Python objects.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -371,18 +372,37 @@ def _startall_as_starts(rank, seq, burst, cols, requests):
         cols["request"][sub] = handles[rows]
     cols["req_offset"][is_all[src]] = NONE
     cols["n_requests"][is_all[src]] = 0
-    new_burst = np.where(within == 0, burst[src], 0.0)
-    return rank[src], seq[src], new_burst, first_of
+    def burst_of(b):
+        return np.where(within == 0, b[src], 0.0)
+
+    return rank[src], seq[src], burst_of(burst), first_of, burst_of
 
 
-def _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks, caps=None) -> _Prepared:
-    """The core's arrays; ``caps``: the first sizes of the preparation's hash tables (tests)."""
-    rank = _col(events, "rank", np.int32)
-    seq = _col(events, "seq", np.int64)
-    n = rank.size
+def _burst_column(events, burst_s, n: int) -> np.ndarray:
     burst = np.ascontiguousarray(events["burst_s"] if burst_s is None else burst_s, dtype=np.float64)  # read only
     if burst.shape != (n,):
         raise InputError(f"burst_s has {burst.size} values for {n} events")
+    return burst
+
+
+def _node_of_rank(placement, n_ranks: int) -> np.ndarray:
+    if placement is None:
+        return np.zeros(n_ranks, np.int64)
+    node_of_rank = np.array(placement, dtype=np.int64, copy=True)
+    if node_of_rank.shape != (n_ranks,) or (n_ranks and node_of_rank.min() < 0):
+        raise InputError(f"placement must give a node >= 0 for each of the {n_ranks} ranks")
+    return node_of_rank
+
+
+def _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks, caps=None) -> _Prepared:
+    """The core's arrays; ``caps``: the first sizes of the preparation's hash tables (tests).
+    ``extra["relink"](burst_s, placement, network, options)`` prepares the same trace for another
+    machine without matching it again (:class:`Replayer`)."""
+    rank = _col(events, "rank", np.int32)
+    seq = _col(events, "seq", np.int64)
+    n = n_input = rank.size
+    burst = _burst_column(events, burst_s, n)
+    burst_steps = []  # the caller's burst column -> the prepared rows
     cols = {}
     for name, dt in (("op", np.int16), ("comm", np.int32), ("dest", np.int32), ("source", np.int32),
                      ("send_tag", np.int32), ("recv_tag", np.int32), ("send_bytes", np.int64),
@@ -393,6 +413,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     if n > 1 and not passes.sorted_by_rank_seq(rank, seq):
         order = np.lexsort((seq, rank))
         rank, seq, burst = rank[order], seq[order], burst[order]
+        burst_steps.append(lambda b: b[order])
         cols = {k: v[order] for k, v in cols.items()}
     if n and rank[0] < 0:
         raise InputError("events: negative rank")
@@ -400,16 +421,12 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         n_ranks = int(rank[-1]) + 1 if n else 0
     elif n and rank[-1] >= n_ranks:
         raise InputError(f"events name rank {int(rank[-1])} but n_ranks is {n_ranks}")
-    if placement is None:
-        node_of_rank = np.zeros(n_ranks, np.int64)
-    else:
-        node_of_rank = np.array(placement, dtype=np.int64, copy=True)
-        if node_of_rank.shape != (n_ranks,) or (n_ranks and node_of_rank.min() < 0):
-            raise InputError(f"placement must give a node >= 0 for each of the {n_ranks} ranks")
+    node_of_rank = _node_of_rank(placement, n_ranks)
     op_count, any_tag_count = passes.op_histogram(cols["op"], cols["recv_tag"])
     first_of = None
     if op_count[Op.STARTALL]:
-        rank, seq, burst, first_of = _startall_as_starts(rank, seq, burst, cols, requests)
+        rank, seq, burst, first_of, burst_of = _startall_as_starts(rank, seq, burst, cols, requests)
+        burst_steps.append(burst_of)
         n = rank.size
     if op_count[Op.START] or op_count[Op.STARTALL]:
         _starts_as_nonblocking(rank, cols)
@@ -441,32 +458,38 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     wreq_buf = np.empty(req_cols[0].size, np.int32 if narrow else np.int64)  # numpy's: huge pages
     coll = np.empty(int(op_count[_COLLECTIVE_OPS].sum()), np.int64)
     totals = np.empty((3, n_ranks))
-    n_messages, n_wreq, n_coll, err, e = passes.with_retry(
-        lambda cap_m, cap_w: passes.prepare_events(
-            op, rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], sbytes, burst_in, cols["request"],
+    def run_pass(burst_in, node, nf, ni, tot, cap_m, cap_w, link_only=False):
+        return passes.prepare_events(
+            cols["op"], rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], sbytes, burst_in, cols["request"],
             cols["req_offset"], cols["n_requests"], *req_cols, requests is not None,
-            bool(any_tag_count[_RECEIVE_OPS].any()), n_ranks, _KIND, _MODE,
-            node_of_rank, nf, ni, kind, sflag, wire, burst, rec["post_t"], rec["arrival"], psend, precv, wreq_off,
-            wreq_buf, coll, totals[0], totals[1], totals[2], cap_m, cap_w),
+            bool(any_tag_count[_RECEIVE_OPS].any()) and not link_only, n_ranks, _KIND, _MODE,
+            node, nf, ni, kind, sflag, wire, burst, rec["post_t"], rec["arrival"], psend, precv, wreq_off,
+            wreq_buf, coll, tot[0], tot[1], tot[2], cap_m, cap_w, link_only)
+
+    def check(err, e):
+        if err == passes.E_BURST:
+            raise InputError("burst_s must be finite and >= 0")
+        if err == passes.E_RANK:
+            raise InputError(f"events: rank {int(rank[e])} outside 0..{n_ranks - 1}")
+        if err in (passes.E_DEST, passes.E_SOURCE):
+            what, arr = ("destination", dest) if err == passes.E_DEST else ("source", source)
+            raise ReplayError(f"{where_str(e)}: {what} {int(arr[e])} is not a rank of this trace")
+        if err == passes.E_ANY_SOURCE:
+            raise ReplayError(f"{where_str(e)}: receive from MPI_ANY_SOURCE without the status source; "
+                              "cannot match it")
+        if err == passes.E_NO_REQUESTS:
+            raise InputError("events have wait/test calls but no requests table was given")
+        if err == passes.E_REQ_ROWS:
+            raise InputError(f"{where_str(e)}: req_offset/n_requests point outside the requests table")
+        if err == passes.E_REQ_RANK:
+            raise InputError(f"{where_str(e)}: its requests rows belong to another rank")
+        if err:
+            raise InputError(f"events: a preparation table outgrew its limit at {where_str(e)} (error {err})")
+
+    n_messages, n_wreq, n_coll, err, e = passes.with_retry(
+        lambda cap_m, cap_w: run_pass(burst_in, node_of_rank, nf, ni, totals, cap_m, cap_w),
         *(caps or (_pow2_at_least(8 * n_ranks + 64), 256)))
-    if err == passes.E_BURST:
-        raise InputError("burst_s must be finite and >= 0")
-    if err == passes.E_RANK:
-        raise InputError(f"events: rank {int(rank[e])} outside 0..{n_ranks - 1}")
-    if err in (passes.E_DEST, passes.E_SOURCE):
-        what, arr = ("destination", dest) if err == passes.E_DEST else ("source", source)
-        raise ReplayError(f"{where_str(e)}: {what} {int(arr[e])} is not a rank of this trace")
-    if err == passes.E_ANY_SOURCE:
-        raise ReplayError(f"{where_str(e)}: receive from MPI_ANY_SOURCE without the status source; "
-                          "cannot match it")
-    if err == passes.E_NO_REQUESTS:
-        raise InputError("events have wait/test calls but no requests table was given")
-    if err == passes.E_REQ_ROWS:
-        raise InputError(f"{where_str(e)}: req_offset/n_requests point outside the requests table")
-    if err == passes.E_REQ_RANK:
-        raise InputError(f"{where_str(e)}: its requests rows belong to another rank")
-    if err:
-        raise InputError(f"events: a preparation table outgrew its limit at {where_str(e)} (error {err})")
+    check(err, e)
     wreq_ev = wreq_buf[:n_wreq]
     coll = coll[:n_coll]
     op = display_op
@@ -553,14 +576,31 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
             missing = np.flatnonzero(inst_ev < 0)
             inst_ev = np.where(inst_ev < 0, n, inst_ev)  # sentinel (never posted)
             del missing
-    return _Prepared(n_ranks=n_ranks, rank=rank, seq=seq, op=op, rank_off=rank_off, kind=kind,
+    i_members = np.diff(inst_off)
+
+    def relink(burst_s2, placement2, network2, options2) -> _Prepared:
+        b = _burst_column(events, burst_s2, n_input)
+        for step in burst_steps:
+            b = step(b)
+        node2 = _node_of_rank(placement2, n_ranks)
+        nf2, ni2 = pack_network(network2, node2 if n_ranks else np.zeros(1, np.int64), options2)
+        tot2 = np.empty((3, n_ranks))
+        check(*run_pass(b, node2, nf2, ni2, tot2, 2, 2, link_only=True)[3:])
+        tot2[2] = totals[2]   # bytes received through matched messages: the matching is kept
+        table2 = np.full(inst_op.size, np.nan)
+        if inst_op.size and options2.measured_collectives and network2.collectives:
+            table2 = _measured(network2, inst_op, i_members, inst_bytes, inst_ev, inst_off, rank, node2)
+        return dataclasses.replace(prep, nf=nf2, ni=ni2, node_of_rank=node2, totals=tot2, inst_table_s=table2)
+
+    prep = _Prepared(n_ranks=n_ranks, rank=rank, seq=seq, op=op, rank_off=rank_off, kind=kind,
                      burst=burst, sbytes=sbytes, dest=dest, sflag=sflag, wire=wire, nf=nf, ni=ni,
                      psend=psend, precv=precv, wreq_off=wreq_off, wreq_ev=np.ascontiguousarray(wreq_ev),
                      inst_off=inst_off, inst_ev=inst_ev, inst_op=inst_op,
                      inst_root=inst_root, inst_bytes=inst_bytes, inst_table_s=inst_table,
                      node_of_rank=node_of_rank, n_messages=n_messages, rec=rec, totals=totals,
                      first_of=first_of,
-                     extra={"order": order, "dest": dest, "source": source, "comm": comm})
+                     extra={"order": order, "dest": dest, "source": source, "comm": comm, "relink": relink})
+    return prep
 
 
 def _measured(network, inst_op, i_size, inst_bytes, inst_ev, inst_off, rank, node_of_rank):
@@ -596,16 +636,42 @@ def _measured(network, inst_op, i_size, inst_bytes, inst_ev, inst_off, rank, nod
 
 # ------------------------------------------------------------------ public entry point
 
+class Replayer:
+    """One trace replayed on several machines: the first :meth:`replay` prepares it (matching,
+    waits, collective instances), later ones only redo what depends on the machine (link
+    constants, placement, bursts, measured collective times). :func:`pmac.predict.predict` uses
+    one per signature. Results equal :func:`replay`'s."""
+
+    def __init__(self, events, *, requests=None, comms=None, n_ranks: int | None = None):
+        self.events, self.requests, self.comms, self.n_ranks = events, requests, comms, n_ranks
+        self._prep: _Prepared | None = None
+
+    def replay(self, burst_s=None, placement=None, network: NetworkModel | None = None,
+               options: ReplayOptions | None = None, *,
+               progress: Callable[[float, str], None] | None = None) -> ReplayResult:
+        if network is None:
+            raise InputError("replay needs a NetworkModel")
+        options = options or ReplayOptions()
+        if progress:
+            progress(0.0, "matching messages")
+        if self._prep is None:
+            self._prep = _prepare(self.events, burst_s, placement, network, options, self.requests, self.comms,
+                                  self.n_ranks)
+            prep = self._prep
+        else:
+            prep = self._prep.extra["relink"](burst_s, placement, network, options)
+        return _run(prep, options, progress)
+
+
 def replay(events, burst_s=None, placement=None, network: NetworkModel | None = None,
            options: ReplayOptions | None = None, *, requests=None, comms=None, n_ranks: int | None = None,
            progress: Callable[[float, str], None] | None = None) -> ReplayResult:
     """Replay ``events`` (pmac.trace.EVENTS columns) and return per-rank times (see module doc)."""
-    if network is None:
-        raise InputError("replay needs a NetworkModel")
-    options = options or ReplayOptions()
-    if progress:
-        progress(0.0, "matching messages")
-    prep = _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks)
+    return Replayer(events, requests=requests, comms=comms, n_ranks=n_ranks).replay(
+        burst_s, placement, network, options, progress=progress)
+
+
+def _run(prep: _Prepared, options: ReplayOptions, progress) -> ReplayResult:
     n = prep.kind.size
     post_t = prep.rec["post_t"]   # NaN until posted (pmac.replay_passes.prepare_events)
     arrival = prep.rec["arrival"]

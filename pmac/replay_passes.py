@@ -90,7 +90,7 @@ OVERFLOW_MATCH, OVERFLOW_HANDLES = 9, 10
 def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, burst_in, request, req_offset,
                    n_requests, req_rank, req_handle, req_done, have_requests, any_tag, n_ranks, kind_lut,
                    mode_lut, node_of_rank, nf, ni, kind, sflag, wire, burst, post_t, arrival, psend, precv, wreq_off,
-                   wreq_out, coll_out, compute, sent, got, cap_m, cap_w):
+                   wreq_out, coll_out, compute, sent, got, cap_m, cap_w, link_only=False):
     """Everything the core needs of every event, in one pass over the events (ordered by rank,
     then seq); returns (messages matched, request rows resolved, collective calls, error code,
     event). The outputs from ``kind`` to ``wreq_off`` are fields of the per-event records
@@ -120,6 +120,10 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
     - ``coll_out``: the collective calls, in event order.
     - Per rank: ``compute`` the sum of its bursts, ``sent`` the bytes of the point-to-point sends
       it posted, ``got`` the bytes it received through matched messages (the conservation check).
+
+    ``link_only``: the events were prepared before (for another machine); only the checks, the
+    per-call link constants, the burst copy, the NaN state and ``compute`` / ``sent`` are written
+    again (``got`` is left at 0; matching, waits and the collective list are kept).
     """
     n = op.shape[0]
     eag0, eag1 = nf[C.NF_EAGER], nf[C.NF_EAGER + 1]
@@ -174,7 +178,8 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
     cur_rank = -1
     n_rows = req_rank.shape[0]
     m = 0
-    wreq_off[0] = 0
+    if not link_only:
+        wreq_off[0] = 0
     nc = 0
     acc_c = 0.0
     acc_s = 0.0
@@ -191,8 +196,9 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
         burst[e] = bt
         post_t[e] = np.nan
         arrival[e] = np.nan
-        psend[e] = P_UNMATCHED    # entries of earlier events only are linked below
-        precv[e] = P_UNMATCHED
+        if not link_only:
+            psend[e] = P_UNMATCHED    # entries of earlier events only are linked below
+            precv[e] = P_UNMATCHED
         if r != cur_rank:
             if cur_rank >= 0:
                 compute[cur_rank] += acc_c
@@ -240,6 +246,8 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
             if s >= 0 and node_of_rank[s] != node_of_rank[r]:
                 flag |= F_RINTER
         sflag[e] = flag
+        if link_only:
+            continue
         # ---- matching
         for half in range(2):
             if half == 0:

@@ -892,6 +892,48 @@ def test_wide_event_indices_give_the_same_replay(monkeypatch):
         np.testing.assert_array_equal(getattr(wide, name), getattr(narrow, name))
 
 
+def test_a_replayer_prepares_once_and_replays_each_machine_as_replay_does():
+    """pmac.replay.Replayer (pmac.predict: one per signature, every machine) matches the trace once
+    and redoes only what depends on the machine: rows out of order, Startall rows expanded,
+    machines with other links, placements, bursts and options, and back to the first machine,
+    all give replay()'s numbers exactly."""
+    from pmac.profile import CollectiveCost
+    from pmac.replay import Replayer
+
+    rng = np.random.default_rng(11)
+    t = random_trace(rng, 6, 15)
+    for r in range(6):   # persistent requests too (the burst of a Startall row moves with it)
+        t.add(r, Op.SEND_INIT, dest=(r + 1) % 6, send_bytes=100, send_tag=99, request=101)
+        t.add(r, Op.RECV_INIT, source=(r - 1) % 6, recv_bytes=100, recv_tag=99, request=102)
+        t.waitall(r, [102, 101], op=Op.STARTALL, burst_s=1e-6 * r)
+        t.waitall(r, [102, 101])
+    ev = t.events().sample(frac=1.0, random_state=1).reset_index(drop=True)  # rows out of order
+    rq = t.requests()
+    net_b = NetworkModel(intra_node=link(lat=3e-7, bw=8e9, eager=4096), inter_node=link(lat=4e-6, bw=2e8),
+                         collectives=(CollectiveCost(op="allreduce", n_ranks=6, placement="inter_node",
+                                                     msg_bytes=8, time_s=5e-5),
+                                      CollectiveCost(op="allreduce", n_ranks=6, placement="inter_node",
+                                                     msg_bytes=1e6, time_s=5e-3)))
+    machines = [
+        (None, None, net1(), ReplayOptions(timeline=True)),
+        (rng.uniform(0, 1e-4, len(ev)), np.array([0, 0, 0, 1, 1, 1]), net_b,
+         ReplayOptions(timeline=True, measured_collectives=True, eager_buffered=False)),
+    ]
+    rp = Replayer(ev, requests=rq, n_ranks=6)
+    got = [rp.replay(*m) for m in machines + machines[:1]]
+    want = [replay(ev, *m, requests=rq, n_ranks=6) for m in machines + machines[:1]]
+    assert got[0].makespan_s != got[1].makespan_s
+    for g, w in zip(got, want):
+        assert g.n_messages == w.n_messages > 0 and g.n_events == w.n_events == len(ev)
+        for name in ("finish_s", "compute_s", "comm_s", "wait_s", "critical_rank_s", "start_s", "end_s",
+                     "sent_bytes", "received_bytes"):
+            np.testing.assert_array_equal(getattr(g, name), getattr(w, name), err_msg=name)
+    with pytest.raises(InputError, match="burst_s must be finite"):
+        rp.replay(np.full(len(ev), -1.0), None, net1())
+    with pytest.raises(InputError, match="placement must give a node"):
+        rp.replay(None, np.zeros(3), net1())
+
+
 def test_stale_numba_caches_of_layout_readers_are_dropped():
     """numba does not see a layout constant of pmac.collectives change in the modules that read
     it: their caches older than collectives.py go at import (drop_stale_caches)."""
