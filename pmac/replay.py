@@ -60,6 +60,10 @@ Semantics (see pmac.collectives for the message and collective models):
   :class:`~pmac.errors.ReplayError` naming each blocked rank, its call (op, seq) and what it
   waits for.
 
+Several machines: :class:`Replayer` prepares a trace once and replays it on each machine (its
+network, placement, bursts and options), redoing only the per-call link constants; results equal
+:func:`replay`'s, which is a one-machine Replayer.
+
 Memory: two records per event (56 bytes with 32-bit indices, pmac.replay_core.event_dtypes) and
 one index per request row (with ``options.timeline`` one end time per event too); no per-event
 Python objects.
