@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 import numpy as np
 from numba import njit
@@ -86,7 +86,7 @@ from .profile import LinkModel, NetworkModel
 from .replay_core import (B_EVENT, B_INST, B_NEVER, K_COLL, K_ICOLL, K_IRECV, K_ISEND, K_LOCAL, K_RECV,
                           K_SEND, K_SENDRECV, K_WAIT, P_UNMATCHED)
 from .topology import Topology, routes
-from .trace import COMPLETION_OPS, NONE, Op, op_name
+from .trace import NONE, Op, op_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,6 +376,7 @@ def _startall_as_starts(rank, seq, burst, cols, requests):
         cols["request"][sub] = handles[rows]
     cols["req_offset"][is_all[src]] = NONE
     cols["n_requests"][is_all[src]] = 0
+
     def burst_of(b):
         return np.where(within == 0, b[src], 0.0)
 
@@ -400,8 +401,8 @@ def _node_of_rank(placement, n_ranks: int) -> np.ndarray:
 
 def _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks, caps=None) -> _Prepared:
     """The core's arrays; ``caps``: the first sizes of the preparation's hash tables (tests).
-    ``extra["relink"](burst_s, placement, network, options)`` prepares the same trace for another
-    machine without matching it again (:class:`Replayer`)."""
+    ``extra["relink"](prepared, burst_s, placement, network, options)`` prepares the same trace for
+    another machine without matching it again (:class:`Replayer`)."""
     rank = _col(events, "rank", np.int32)
     seq = _col(events, "seq", np.int64)
     n = n_input = rank.size
@@ -462,6 +463,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     wreq_buf = np.empty(req_cols[0].size, np.int32 if narrow else np.int64)  # numpy's: huge pages
     coll = np.empty(int(op_count[_COLLECTIVE_OPS].sum()), np.int64)
     totals = np.empty((3, n_ranks))
+
     def run_pass(burst_in, node, nf, ni, tot, cap_m, cap_w, link_only=False):
         return passes.prepare_events(
             cols["op"], rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], sbytes, burst_in, cols["request"],
@@ -582,7 +584,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
             del missing
     i_members = np.diff(inst_off)
 
-    def relink(burst_s2, placement2, network2, options2) -> _Prepared:
+    def relink(base: _Prepared, burst_s2, placement2, network2, options2) -> _Prepared:
         b = _burst_column(events, burst_s2, n_input)
         for step in burst_steps:
             b = step(b)
@@ -594,9 +596,11 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         table2 = np.full(inst_op.size, np.nan)
         if inst_op.size and options2.measured_collectives and network2.collectives:
             table2 = _measured(network2, inst_op, i_members, inst_bytes, inst_ev, inst_off, rank, node2)
-        return dataclasses.replace(prep, nf=nf2, ni=ni2, node_of_rank=node2, totals=tot2, inst_table_s=table2)
+        return dataclasses.replace(base, nf=nf2, ni=ni2, node_of_rank=node2, totals=tot2, inst_table_s=table2)
 
-    prep = _Prepared(n_ranks=n_ranks, rank=rank, seq=seq, op=op, rank_off=rank_off, kind=kind,
+    # relink takes the prepared trace as an argument: a closure over it would make a reference
+    # cycle, and the records (~60 bytes an event) would wait for the cyclic garbage collector
+    return _Prepared(n_ranks=n_ranks, rank=rank, seq=seq, op=op, rank_off=rank_off, kind=kind,
                      burst=burst, sbytes=sbytes, dest=dest, sflag=sflag, wire=wire, nf=nf, ni=ni,
                      psend=psend, precv=precv, wreq_off=wreq_off, wreq_ev=np.ascontiguousarray(wreq_ev),
                      inst_off=inst_off, inst_ev=inst_ev, inst_op=inst_op,
@@ -604,7 +608,6 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
                      node_of_rank=node_of_rank, n_messages=n_messages, rec=rec, totals=totals,
                      first_of=first_of,
                      extra={"order": order, "dest": dest, "source": source, "comm": comm, "relink": relink})
-    return prep
 
 
 def _measured(network, inst_op, i_size, inst_bytes, inst_ev, inst_off, rank, node_of_rank):
@@ -663,7 +666,7 @@ class Replayer:
                                   self.n_ranks)
             prep = self._prep
         else:
-            prep = self._prep.extra["relink"](burst_s, placement, network, options)
+            prep = self._prep.extra["relink"](self._prep, burst_s, placement, network, options)
         return _run(prep, options, progress)
 
 

@@ -934,6 +934,34 @@ def test_a_replayer_prepares_once_and_replays_each_machine_as_replay_does():
         rp.replay(None, np.zeros(3), net1())
 
 
+def test_the_prepared_trace_is_freed_when_replay_returns(monkeypatch):
+    """The records (~60 bytes an event) go with the call, by reference counting: no reference
+    cycle leaves them to the cyclic garbage collector (a relink closure over the prepared trace
+    once made one)."""
+    import gc
+    import weakref
+
+    from pmac import replay as RP
+
+    t = random_trace(np.random.default_rng(1), 4, 5)
+    seen = []
+    real = RP._prepare
+
+    def spy(*a, **k):
+        p = real(*a, **k)
+        seen.append(weakref.ref(p))
+        return p
+
+    monkeypatch.setattr(RP, "_prepare", spy)
+    gc.collect()
+    gc.disable()
+    try:
+        replay(t.events(), None, None, net1(), ReplayOptions(), requests=t.requests(), n_ranks=4)
+        assert len(seen) == 1 and seen[0]() is None
+    finally:
+        gc.enable()
+
+
 def test_stale_numba_caches_of_layout_readers_are_dropped():
     """numba does not see a layout constant of pmac.collectives change in the modules that read
     it: their caches older than collectives.py go at import (drop_stale_caches)."""
