@@ -339,12 +339,19 @@ def _xor_round(net, node, t, mask, m, nt):
     t[:] = nt
 
 
+@njit(cache=True, inline="always")
+def _pof2(p):
+    """The largest power of two not above ``p``."""
+    q = 1
+    while q * 2 <= p:
+        q *= 2
+    return q
+
+
 @njit(cache=True)
 def _rd_allreduce(net, node, t, m, rabenseifner):
     p = t.shape[0]
-    pof2 = 1
-    while pof2 * 2 <= p:
-        pof2 *= 2
+    pof2 = _pof2(p)
     rem = p - pof2
     # fold: even i < 2 rem sends its data to i + 1
     for i in range(0, 2 * rem, 2):
@@ -527,15 +534,6 @@ def scan_rd(net, node, t, m):
         for i in range(p):
             t[i] = max(sd_t[i], rd_t[i])
         mask <<= 1
-
-
-@njit(cache=True, inline="always")
-def _pof2(p):
-    """The largest power of two not above ``p``."""
-    q = 1
-    while q * 2 <= p:
-        q *= 2
-    return q
 
 
 @njit(cache=True)
