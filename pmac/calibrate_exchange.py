@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from .fit_network import QUANTILE
+from .fit_network import QUANTILE, pycall_s
 from .profile import LinkModel, NetworkModel
 from .replay import ReplayOptions, replay
 from .trace import EVENTS, Op
@@ -57,12 +57,10 @@ def replayed_exchange_s(link: LinkModel, placement: str, m: int, n: int = LOOP) 
 def measured_exchange(pp: pd.DataFrame, placement: str) -> pd.Series:
     """Seconds per exchange by size (the fit's quantile over repetitions), the interpreter's cost
     of one call (half a ``pycall``, which times a Send and a Recv) taken off."""
-    sel = pp[pp.placement == placement]
-    rows = sel[sel.test == "exchange"]
+    rows = pp[(pp.placement == placement) & (pp.test == "exchange")]
     if rows.empty:
         return pd.Series(dtype=float)
-    py = sel[sel.test == "pycall"]
-    corr = float(py.time_s.median()) / 2.0 if len(py) else 0.0
+    corr = pycall_s(pp, placement) / 2.0
     return (rows.groupby("msg_bytes")["time_s"].quantile(QUANTILE) - corr).sort_index()
 
 

@@ -185,15 +185,20 @@ def _median_by_size(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return g.index.to_numpy(dtype=np.float64), g.to_numpy(dtype=np.float64)
 
 
+def pycall_s(pp: pd.DataFrame, placement: str) -> float:
+    """The interpreter's cost of one Send + Recv pair (the ``pycall`` rows' median; 0 when the
+    probe timed in compiled code and has none)."""
+    py = pp[(pp.placement == placement) & (pp.test == "pycall")]
+    return float(py.time_s.median()) if len(py) else 0.0
+
+
 def corrected_pingpong(pp: pd.DataFrame, placement: str) -> pd.DataFrame:
     """The ``pingpong`` rows of one placement with the interpreter's per-call cost removed.
 
     Returns columns msg_bytes, rep, time_s (raw) and time_corrected_s.
     """
     rows = pp[(pp.placement == placement) & (pp.test == "pingpong")].copy()
-    py = pp[(pp.placement == placement) & (pp.test == "pycall")]
-    corr = float(py.time_s.median()) if len(py) else 0.0
-    rows["time_corrected_s"] = rows.time_s - corr
+    rows["time_corrected_s"] = rows.time_s - pycall_s(pp, placement)
     return rows[["msg_bytes", "rep", "time_s", "time_corrected_s"]].reset_index(drop=True)
 
 
@@ -208,8 +213,7 @@ def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
     floor = max(float(np.min(t[t > 0])) * 0.05 if np.any(t > 0) else 1e-9, 1e-9)
     t = np.maximum(t, floor)  # a correction larger than a sample must not give t <= 0
     sel = pp[pp.placement == placement]
-    py = sel[sel.test == "pycall"]
-    py_s = float(py.time_s.median()) if len(py) else 0.0
+    py_s = pycall_s(pp, placement)
 
     def small_median(test: str) -> float:
         d = sel[sel.test == test]
