@@ -318,9 +318,13 @@ class _Prepared:
     rec: np.ndarray
     #: per rank: sum of bursts, bytes sent, bytes received through matched messages
     totals: np.ndarray
+    #: the receives' source column (named in deadlock messages)
+    source: np.ndarray
+    #: ``relink(prepared, burst_s, placement, network, options)``: the same trace prepared for
+    #: another machine without matching it again (:class:`Replayer`)
+    relink: Callable
     #: with Startall calls expanded into one row per request: the first row of each original event
     first_of: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)
 
 
 _PERSISTENT_FIELDS = ("comm", "dest", "source", "send_tag", "recv_tag", "send_bytes", "recv_bytes")
@@ -401,8 +405,7 @@ def _node_of_rank(placement, n_ranks: int) -> np.ndarray:
 
 def _prepare(events, burst_s, placement, network, options, requests, comms, n_ranks, caps=None) -> _Prepared:
     """The core's arrays; ``caps``: the first sizes of the preparation's hash tables (tests).
-    ``extra["relink"](prepared, burst_s, placement, network, options)`` prepares the same trace for
-    another machine without matching it again (:class:`Replayer`)."""
+    ``relink`` of the result prepares the same trace for another machine (:class:`Replayer`)."""
     rank = _col(events, "rank", np.int32)
     seq = _col(events, "seq", np.int64)
     n = n_input = rank.size
@@ -606,8 +609,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
                      inst_off=inst_off, inst_ev=inst_ev, inst_op=inst_op,
                      inst_root=inst_root, inst_bytes=inst_bytes, inst_table_s=inst_table,
                      node_of_rank=node_of_rank, n_messages=n_messages, rec=rec, totals=totals,
-                     first_of=first_of,
-                     extra={"order": order, "dest": dest, "source": source, "comm": comm, "relink": relink})
+                     source=source, relink=relink, first_of=first_of)
 
 
 def _measured(network, inst_op, i_size, inst_bytes, inst_ev, inst_off, rank, node_of_rank):
@@ -666,7 +668,7 @@ class Replayer:
                                   self.n_ranks)
             prep = self._prep
         else:
-            prep = self._prep.extra["relink"](self._prep, burst_s, placement, network, options)
+            prep = self._prep.relink(self._prep, burst_s, placement, network, options)
         return _run(prep, options, progress)
 
 
@@ -776,9 +778,9 @@ def _deadlock_message(prep, ptr, bk, bw) -> str:
         elif kind == B_NEVER and 0 <= w < prep.rank.size:
             k = prep.kind[w]
             if k in (K_RECV, K_IRECV) or (k == K_SENDRECV and prep.precv[w] == P_UNMATCHED):
-                what += f": no matching send from rank {int(prep.extra['source'][w])}"
+                what += f": no matching send from rank {int(prep.source[w])}"
             else:
-                what += f": no matching receive on rank {int(prep.extra['dest'][w])}"
+                what += f": no matching receive on rank {int(prep.dest[w])}"
             if w != e:
                 what += f" (request of {op_name(prep.op[w])} seq {int(prep.seq[w])})"
         elif kind == B_INST:
