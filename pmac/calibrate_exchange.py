@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from .calibrate_collectives import calibrate_collectives
 from .fit_network import QUANTILE, pycall_s
 from .profile import LinkModel, NetworkModel
 from .replay import ReplayOptions, replay
@@ -78,14 +79,15 @@ def exchange_excess_s(link: LinkModel, pp: pd.DataFrame, placement: str) -> tupl
 
 
 def calibrate_network(network: NetworkModel, pp: pd.DataFrame | None) -> NetworkModel:
-    """``network`` with each measured link's ``exchange_excess_s`` set from the probe rows."""
-    if pp is None or pp.empty or "exchange" not in set(pp.test):
-        return network
-    out = {}
-    for placement in PLACEMENT_NODES:
-        link = getattr(network, placement)
-        if link is None:
-            continue
-        x, _ = exchange_excess_s(link, pp, placement)
-        out[placement] = dataclasses.replace(link, exchange_excess_s=x)
-    return dataclasses.replace(network, **out)
+    """``network`` with each measured link's ``exchange_excess_s`` set from the probe rows, then
+    its 2-rank collective rows' ``excess_s`` (pmac.calibrate_collectives: priced on those links)."""
+    if pp is not None and not pp.empty and "exchange" in set(pp.test):
+        out = {}
+        for placement in PLACEMENT_NODES:
+            link = getattr(network, placement)
+            if link is None:
+                continue
+            x, _ = exchange_excess_s(link, pp, placement)
+            out[placement] = dataclasses.replace(link, exchange_excess_s=x)
+        network = dataclasses.replace(network, **out)
+    return calibrate_collectives(network)

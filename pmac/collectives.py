@@ -45,7 +45,10 @@ ranks beyond the largest power of two first. Allgather: recursive doubling (powe
 total < 80 KiB), Bruck (total < 512 KiB), ring. Alltoall: Bruck (<= 256 bytes per block, >= 8 ranks), pairwise exchange otherwise.
 Gather / scatter: binomial tree carrying whole subtrees. Reduce_scatter: pairwise exchange.
 Scan / exscan: recursive doubling. Vector variants use the mean per-peer size. Reduction
-arithmetic is not priced here (it belongs to the compute burst after the call).
+arithmetic is not priced here, and the tracer counts it in no burst (it runs inside the call):
+what a probed call cost beyond its messages, the arithmetic, the library's own path and the
+choice of another algorithm included, is the machine's collective excess
+(pmac.calibrate_collectives), which the replay adds on top.
 """
 
 from __future__ import annotations

@@ -111,7 +111,8 @@ def topology_for(profile: MachineProfile, n_nodes: int):
 
 
 def _replay(replayer, burst_s: np.ndarray, placement: np.ndarray, profile: MachineProfile, *,
-            contention: bool, timeline: bool, measured_collectives: bool = False) -> ReplayOut:
+            contention: bool, timeline: bool, measured_collectives: bool = False,
+            collective_excess: bool = True) -> ReplayOut:
     """Adapter over :class:`pmac.replay.Replayer` (one per signature: matched once for every machine)."""
     from .replay import ReplayOptions
 
@@ -122,7 +123,7 @@ def _replay(replayer, burst_s: np.ndarray, placement: np.ndarray, profile: Machi
         if note:
             notes.append(note)
     opts = ReplayOptions(contention=contention, topology=topo, timeline=timeline,
-                         measured_collectives=measured_collectives)
+                         measured_collectives=measured_collectives, collective_excess=collective_excess)
     res = replayer.replay(burst_s, placement, profile.network, opts)
     tl = None
     if timeline and res.start_s is not None:
@@ -236,7 +237,7 @@ def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], activ
 
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
             burst_source: str = "auto", contention: bool = False, timeline: bool = False,
-            measured_collectives: bool = False) -> Prediction:
+            measured_collectives: bool = False, collective_excess: bool = True) -> Prediction:
     """Predict ``sig`` on every profile (see module docstring)."""
     if not profiles:
         raise InputError("predict: no machine profiles given")
@@ -293,7 +294,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             notes.append(f"{p.name}: overlap model calibrated on '{app}' itself: not an independent prediction")
         burst = np.ascontiguousarray(bursts_all[k])
         r = _replay(replayer, burst, placement, p, contention=contention, timeline=timeline,
-                    measured_collectives=measured_collectives)
+                    measured_collectives=measured_collectives, collective_excess=collective_excess)
         notes += [f"{p.name}: {x}" for x in r.notes]
         crit_rank = int(np.argmax(r.finish_s))
         rows.append(dict(machine=p.name, signature=sig.name, n_ranks=n, ranks_per_node=rpn, n_nodes=n_nodes,

@@ -25,7 +25,7 @@ from .schema import (check_document, from_dict, read_yaml, register_kind, save_d
 from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
-register_kind(KIND, 4, {1: "first version: node (caches, memory, compute, curves), network "
+register_kind(KIND, 5, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
                            "per second; version 1 files have none",
@@ -33,8 +33,12 @@ register_kind(KIND, 4, {1: "first version: node (caches, memory, compute, curves
                            "shaper_header_bytes (optional, a token-bucket egress limit); version 2 files "
                            "have none (unshaped)",
                         4: "network links: exchange_excess_s (optional, default 0: the extra cost of "
-                           "two ranks sending each other at once); version 3 files have none"},
-              migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body})
+                           "two ranks sending each other at once); version 3 files have none",
+                        5: "network.collectives: excess_s (optional: what the 2-rank call cost beyond the "
+                           "algorithm's messages on the fitted links, pmac.calibrate_collectives); version 4 "
+                           "files have none (collectives priced by algorithm alone; `python -m "
+                           "pmac.calibrate_collectives FILE.yaml` adds it)"},
+              migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -298,7 +302,9 @@ class LinkModel:
 
 @dataclass(frozen=True, kw_only=True)
 class CollectiveCost:
-    """Measured time of one collective: op, bytes per rank, ranks -> median seconds."""
+    """Measured time of one collective: op, bytes per rank, ranks -> seconds (the fit's quantile
+    of the repetitions); ``excess_s``: what it cost beyond its algorithm's messages on the fitted
+    links (2-rank rows, pmac.calibrate_collectives; None where not calibrated)."""
 
     op: str
     msg_bytes: int
@@ -306,11 +312,14 @@ class CollectiveCost:
     time_s: float
     spread_frac: float | None = None
     placement: str = "intra_node"
+    excess_s: float | None = None
 
     def __post_init__(self):
         if self.op not in COLLECTIVE_OPS:
             raise ValueError(f"unknown collective '{self.op}' (known: {', '.join(COLLECTIVE_OPS)})")
         _positive("collective time_s", self.time_s)
+        if self.excess_s is not None:
+            _positive("collective excess_s", self.excess_s, allow_zero=True)
 
 
 @dataclass(frozen=True, kw_only=True)

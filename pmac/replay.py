@@ -99,6 +99,9 @@ class ReplayOptions:
     route_timing: bool = False
     #: price collectives from the network's measured CollectiveCost table when it has them
     measured_collectives: bool = False
+    #: add to a collective priced by algorithm what the probe's 2-rank call cost beyond the
+    #: algorithm's messages (``CollectiveCost.excess_s``, pmac.calibrate_collectives)
+    collective_excess: bool = True
     #: eager data leaves at the send (True) or once the receive is posted too (False, SimGrid)
     eager_buffered: bool = True
     #: rendezvous pays a request-to-send / clear-to-send round trip
@@ -231,6 +234,7 @@ for _o in (Op.BSEND, Op.IBSEND):
 
 _MEASURED_NAME = {Op.BARRIER: "barrier", Op.BCAST: "bcast", Op.REDUCE: "reduce", Op.ALLREDUCE: "allreduce",
                   Op.ALLGATHER: "allgather", Op.ALLTOALL: "alltoall", Op.GATHER: "gather", Op.SCATTER: "scatter"}
+_CODE_OF_NAME = {name: int(code) for code, name in _MEASURED_NAME.items()}
 
 
 def _pow2_at_least(x: int) -> int:
@@ -311,6 +315,7 @@ class _Prepared:
     inst_root: np.ndarray
     inst_bytes: np.ndarray
     inst_table_s: np.ndarray
+    inst_extra_s: np.ndarray
     node_of_rank: np.ndarray
     n_messages: int
     #: the per-event records (pmac.replay_core.event_dtypes) the per-event arrays above are views
@@ -509,7 +514,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     inst_op = np.zeros(0, np.int64)
     inst_root = np.zeros(0, np.int64)
     inst_bytes = np.zeros(0)
-    inst_table = np.zeros(0)
+    inst_table = inst_extra = np.zeros(0)
     if coll.size:
         if comms is None:
             from .trace import world_comm_table
@@ -577,9 +582,8 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         np.maximum.at(inst_bytes, inst_idx, m)
         inst_root = np.zeros(n_inst, np.int64)
         inst_root[inst_idx] = root_local
-        inst_table = np.full(n_inst, np.nan)
-        if options.measured_collectives and network.collectives:
-            inst_table = _measured(network, inst_op, i_size, inst_bytes, inst_ev, inst_off, rank, node_of_rank)
+        inst_table, inst_extra = _collective_tables(network, options, inst_op, i_size, inst_bytes, inst_ev,
+                                                    inst_off, rank, node_of_rank)
         if np.any(inst_ev < 0):
             # a member never made this call: leave the slot to the deadlock report
             missing = np.flatnonzero(inst_ev < 0)
@@ -596,10 +600,10 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         tot2 = np.empty((3, n_ranks))
         check(*run_pass(b, node2, nf2, ni2, tot2, 2, 2, link_only=True)[3:])
         tot2[2] = totals[2]   # bytes received through matched messages: the matching is kept
-        table2 = np.full(inst_op.size, np.nan)
-        if inst_op.size and options2.measured_collectives and network2.collectives:
-            table2 = _measured(network2, inst_op, i_members, inst_bytes, inst_ev, inst_off, rank, node2)
-        return dataclasses.replace(base, nf=nf2, ni=ni2, node_of_rank=node2, totals=tot2, inst_table_s=table2)
+        table2, extra2 = _collective_tables(network2, options2, inst_op, i_members, inst_bytes, inst_ev, inst_off,
+                                            rank, node2)
+        return dataclasses.replace(base, nf=nf2, ni=ni2, node_of_rank=node2, totals=tot2, inst_table_s=table2,
+                                   inst_extra_s=extra2)
 
     # relink takes the prepared trace as an argument: a closure over it would make a reference
     # cycle, and the records (~60 bytes an event) would wait for the cyclic garbage collector
@@ -607,25 +611,65 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
                      burst=burst, sbytes=sbytes, dest=dest, sflag=sflag, wire=wire, nf=nf, ni=ni,
                      psend=psend, precv=precv, wreq_off=wreq_off, wreq_ev=np.ascontiguousarray(wreq_ev),
                      inst_off=inst_off, inst_ev=inst_ev, inst_op=inst_op,
-                     inst_root=inst_root, inst_bytes=inst_bytes, inst_table_s=inst_table,
+                     inst_root=inst_root, inst_bytes=inst_bytes, inst_table_s=inst_table, inst_extra_s=inst_extra,
                      node_of_rank=node_of_rank, n_messages=n_messages, rec=rec, totals=totals,
                      source=source, relink=relink, first_of=first_of)
 
 
-def _measured(network, inst_op, i_size, inst_bytes, inst_ev, inst_off, rank, node_of_rank):
-    out = np.full(inst_op.size, np.nan)
-    first = inst_ev[inst_off[:-1]]
-    # intra_node when all members share the first member's node
+def _same_node(inst_off, inst_ev, rank, node_of_rank) -> np.ndarray:
+    """Per collective instance: do all members share the first member's node."""
+    n_inst = inst_off.size - 1
     ev_node = node_of_rank[rank[np.clip(inst_ev, 0, rank.size - 1)]]
-    same = np.ones(inst_op.size, bool)
-    seg = np.repeat(np.arange(inst_op.size), np.diff(inst_off))
-    diff = ev_node != ev_node[inst_off[:-1]][seg]
-    np.logical_and.at(same, seg, ~diff)
-    placement = np.where(same, "intra_node", "inter_node")
-    del first
+    same = np.ones(n_inst, bool)
+    seg = np.repeat(np.arange(n_inst), np.diff(inst_off))
+    np.logical_and.at(same, seg, ev_node == ev_node[inst_off[:-1]][seg])
+    return same
+
+
+def _collective_tables(network, options, inst_op, i_size, inst_bytes, inst_ev, inst_off, rank, node_of_rank):
+    """(measured time or NaN, excess) per collective instance for ``network`` and ``options``."""
+    table = np.full(inst_op.size, np.nan)
+    extra = np.zeros(inst_op.size)
+    if not inst_op.size or not network.collectives:
+        return table, extra
+    same = _same_node(inst_off, inst_ev, rank, node_of_rank)
+    if options.measured_collectives:
+        table = _measured(network, inst_op, i_size, inst_bytes, same)
+    if options.collective_excess:
+        extra = np.where(np.isnan(table), _excess(network, inst_op, inst_bytes, same), 0.0)
+    return table, extra
+
+
+def _priced_bytes(c) -> float:
+    """The size a probe row's call is priced with (its ``msg_bytes`` is the send buffer, so an
+    alltoall row's block is msg_bytes / n_ranks; :func:`collective_bytes`)."""
+    one = np.array([c.msg_bytes])
+    return float(collective_bytes(np.array([_CODE_OF_NAME[c.op]]), one, one, np.array([c.n_ranks]))[0])
+
+
+def _excess(network, inst_op, inst_bytes, same_node) -> np.ndarray:
+    """The calibrated excess of each instance (pmac.calibrate_collectives: 2-rank rows, linear in
+    the priced size between the probe's sizes, the end values outside), 0 where none."""
+    out = np.zeros(inst_op.size)
     groups: dict[tuple, list] = {}
     for c in network.collectives:
-        groups.setdefault((c.op, c.n_ranks, c.placement), []).append((c.msg_bytes, c.time_s))
+        if c.excess_s is not None and c.n_ranks == 2:
+            key = (_CODE_OF_NAME[c.op], c.placement == "intra_node")
+            groups.setdefault(key, []).append((_priced_bytes(c), c.excess_s))
+    for (code, intra), pts in groups.items():
+        sel = (inst_op == code) & (same_node == intra)
+        if sel.any():
+            pts.sort()
+            out[sel] = np.interp(inst_bytes[sel], [p[0] for p in pts], [p[1] for p in pts])
+    return out
+
+
+def _measured(network, inst_op, i_size, inst_bytes, same_node):
+    out = np.full(inst_op.size, np.nan)
+    placement = np.where(same_node, "intra_node", "inter_node")
+    groups: dict[tuple, list] = {}
+    for c in network.collectives:
+        groups.setdefault((c.op, c.n_ranks, c.placement), []).append((_priced_bytes(c), c.time_s))
     for (name, nr, pl), pts in groups.items():
         codes = [o for o, nm in _MEASURED_NAME.items() if nm == name]
         sel = np.isin(inst_op, codes) & (i_size == nr) & (placement == pl)
@@ -698,8 +742,8 @@ def _run(prep: _Prepared, options: ReplayOptions, progress) -> ReplayResult:
     ok = core.run(prep.nf, prep.ni, prep.rank_off, prep.kind, prep.sflag, prep.wire, prep.sbytes, prep.dest,
                   prep.node_of_rank, prep.rank, prep.burst, prep.psend, prep.precv, prep.wreq_off, prep.wreq_ev,
                   prep.inst_off, prep.inst_ev, prep.inst_op, prep.inst_root, prep.inst_bytes,
-                  prep.inst_table_s, bool(options.contention) or bool(prep.ni[C.NI_SHAPED]), bool(options.timeline),
-                  post_t, end_t, arrival,
+                  prep.inst_table_s, prep.inst_extra_s, bool(options.contention) or bool(prep.ni[C.NI_SHAPED]),
+                  bool(options.timeline), post_t, end_t, arrival,
                   cause, comm_out, wait_out, clock, ptr, bk, bw)
     if not ok:
         raise ReplayError(_deadlock_message(prep, ptr, bk, bw))

@@ -138,10 +138,11 @@ def _arrival(nf, ni, s, flag, ts, tr, buffered, handshake, stateful, per_route, 
 
 
 @njit(cache=True)
-def _collective_done(nf, ni, i, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s, inst_maxarr,
-                     post_t, node_of_rank, rank, tbuf, nbuf, arrival):
+def _collective_done(nf, ni, i, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s, inst_extra_s,
+                     inst_maxarr, post_t, node_of_rank, rank, tbuf, nbuf, arrival):
     """Every member of collective instance ``i`` has posted: their exit times into ``arrival``
-    (from the measured table when it has the instance, else the algorithm, pmac.collectives)."""
+    (from the measured table when it has the instance, else the algorithm, pmac.collectives,
+    plus the call's excess over it, pmac.calibrate_collectives)."""
     n = inst_off[i + 1] - inst_off[i]
     tt = tbuf[:n]
     nn = nbuf[:n]
@@ -154,14 +155,18 @@ def _collective_done(nf, ni, i, inst_off, inst_ev, inst_op, inst_root, inst_byte
             tt[j] = inst_maxarr[i] + inst_table_s[i]
     else:
         C.collective_exit((nf, ni), inst_op[i], nn, tt, inst_root[i], inst_bytes[i])
+        x = inst_extra_s[i]
+        if x != 0.0:
+            for j in range(n):
+                tt[j] += x
     for j in range(n):
         arrival[inst_ev[inst_off[i] + j]] = tt[j]
 
 
 @njit(cache=True)
 def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, burst, psend, precv, wreq_off,
-        wreq_ev, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s, ordered, want_tl,
-        post_t, end_t, arrival, cause, comm_out, wait_out, clock, ptr, bk, bw):
+        wreq_ev, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s, inst_extra_s, ordered,
+        want_tl, post_t, end_t, arrival, cause, comm_out, wait_out, clock, ptr, bk, bw):
     """Replay until every rank is done or blocked; returns True when all finished.
 
     ``psend[c]`` of a collective call c is its instance; ``arrival[s]`` is when send s's data
@@ -243,7 +248,7 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
                         inst_last[i] = e
                     if inst_count[i] == inst_off[i + 1] - inst_off[i]:
                         _collective_done(nf, ni, i, inst_off, inst_ev, inst_op, inst_root, inst_bytes, inst_table_s,
-                                         inst_maxarr, post_t, node_of_rank, rank, tbuf, nbuf, arrival)
+                                         inst_extra_s, inst_maxarr, post_t, node_of_rank, rank, tbuf, nbuf, arrival)
                         for j in range(inst_off[i], inst_off[i + 1]):
                             x = inst_ev[j]
                             q = rank[x]

@@ -914,15 +914,25 @@ def test_a_replayer_prepares_once_and_replays_each_machine_as_replay_does():
                                                      msg_bytes=8, time_s=5e-5),
                                       CollectiveCost(op="allreduce", n_ranks=6, placement="inter_node",
                                                      msg_bytes=1e6, time_s=5e-3)))
+    # 2-rank probe rows with a calibrated excess (pmac.calibrate_collectives) for every op and size
+    # random_trace calls, within one node and between two
+    net_c = dataclasses.replace(net1(), collectives=tuple(
+        CollectiveCost(op=op, n_ranks=2, placement=pl, msg_bytes=m, time_s=1e-5, excess_s=x * (1 + (m > 8)))
+        for op in ("allreduce", "bcast", "alltoall", "barrier") for m in (8, 50_000)
+        for pl, x in (("intra_node", 1e-6), ("inter_node", 4e-6))))
     machines = [
         (None, None, net1(), ReplayOptions(timeline=True)),
         (rng.uniform(0, 1e-4, len(ev)), np.array([0, 0, 0, 1, 1, 1]), net_b,
          ReplayOptions(timeline=True, measured_collectives=True, eager_buffered=False)),
+        (None, np.array([0, 0, 0, 1, 1, 1]), net_c, ReplayOptions(timeline=True)),
     ]
     rp = Replayer(ev, requests=rq, n_ranks=6)
     got = [rp.replay(*m) for m in machines + machines[:1]]
     want = [replay(ev, *m, requests=rq, n_ranks=6) for m in machines + machines[:1]]
     assert got[0].makespan_s != got[1].makespan_s
+    no_excess = replay(ev, *machines[2][:3], ReplayOptions(timeline=True, collective_excess=False), requests=rq,
+                       n_ranks=6)
+    assert got[2].makespan_s > no_excess.makespan_s
     for g, w in zip(got, want):
         assert g.n_messages == w.n_messages > 0 and g.n_events == w.n_events == len(ev)
         for name in ("finish_s", "compute_s", "comm_s", "wait_s", "critical_rank_s", "start_s", "end_s",

@@ -30,7 +30,7 @@ def test_profile_round_trip(tmp_path):
     save_profile(p, path)
     assert load_profile(path) == p
     text = path.read_text()
-    assert text.startswith("kind: pmac.machine\nschema_version: 4\n")
+    assert text.startswith("kind: pmac.machine\nschema_version: 5\n")
 
 
 def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
@@ -40,7 +40,7 @@ def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
     p = small_profile()
     path = tmp_path / "m1.yaml"
     save_profile(p, path)
-    old = path.read_text().replace("schema_version: 4", "schema_version: 1")
+    old = path.read_text().replace("schema_version: 5", "schema_version: 1")
     assert "schema_version: 1" in old
     (tmp_path / "v1.yaml").write_text(old)
     back = load_profile(tmp_path / "v1.yaml")
@@ -60,7 +60,7 @@ def test_version_2_profile_loads_unshaped(tmp_path):
     assert "shaper_rate_bytes_per_s" in text
     v2 = "".join(line for line in text.splitlines(keepends=True)
                  if "shaper_" not in line and "exchange_excess" not in line)
-    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 4", "schema_version: 2"))
+    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 5", "schema_version: 2"))
     back = load_profile(tmp_path / "v2.yaml")
     links = [ln for ln in (back.network.intra_node, back.network.inter_node) if ln is not None]
     assert back == p and links and not any(ln.shaped for ln in links)
@@ -76,8 +76,33 @@ def test_version_3_profile_loads_without_exchange_excess(tmp_path):
     assert load_profile(tmp_path / "v4.yaml") == p4
     text = (tmp_path / "v4.yaml").read_text()
     v3 = "".join(line for line in text.splitlines(keepends=True) if "exchange_excess_s" not in line)
-    (tmp_path / "v3.yaml").write_text(v3.replace("schema_version: 4", "schema_version: 3"))
+    (tmp_path / "v3.yaml").write_text(v3.replace("schema_version: 5", "schema_version: 3"))
     assert load_profile(tmp_path / "v3.yaml") == p
+
+
+def test_version_4_profile_loads_without_collective_excess(tmp_path):
+    """Version 5 added network.collectives[].excess_s (optional, None: no excess): a version-4
+    file loads, and a version-5 file keeps the values."""
+    from pmac.profile import CollectiveCost
+
+    p = small_profile()
+    rows = (CollectiveCost(op="allreduce", msg_bytes=8, n_ranks=2, time_s=2e-5, placement="inter_node"),
+            CollectiveCost(op="barrier", msg_bytes=0, n_ranks=4, time_s=3e-5, placement="inter_node"))
+    p4 = dataclasses.replace(p, network=dataclasses.replace(p.network, collectives=rows))
+    p5 = dataclasses.replace(p, network=dataclasses.replace(p.network, collectives=(
+        dataclasses.replace(rows[0], excess_s=7.5e-6), rows[1])))
+    save_profile(p5, tmp_path / "v5.yaml")
+    assert load_profile(tmp_path / "v5.yaml") == p5
+    body = read_yaml(tmp_path / "v5.yaml")
+    assert [c["excess_s"] for c in body["network"]["collectives"]] == [7.5e-6, None]
+    for c in body["network"]["collectives"]:
+        del c["excess_s"]
+    (tmp_path / "v4.yaml").write_text(dump_yaml(dict(body, schema_version=4)))
+    assert load_profile(tmp_path / "v4.yaml") == p4
+    body["network"]["collectives"][0]["excess_s"] = -1e-6
+    (tmp_path / "bad.yaml").write_text(dump_yaml(dict(body, schema_version=5)))
+    with pytest.raises(InputError, match="collective excess_s"):
+        load_profile(tmp_path / "bad.yaml")
 
 
 def test_floats_without_dot_read_back_as_floats(tmp_path):
@@ -101,7 +126,7 @@ def test_unknown_key_is_an_error_naming_file_and_key(tmp_path):
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "new.yaml"
     save_profile(small_profile(), path)
-    path.write_text(path.read_text().replace("schema_version: 4", "schema_version: 99"))
+    path.write_text(path.read_text().replace("schema_version: 5", "schema_version: 99"))
     with pytest.raises(SchemaVersionError, match="newer than this pmac"):
         load_profile(path)
 

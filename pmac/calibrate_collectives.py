@@ -1,0 +1,160 @@
+"""What a collective call costs beyond its algorithm's messages, from the collectives probe.
+
+The replay prices a collective by the algorithm the MPI library would pick (pmac.collectives),
+each message on the fitted links. The network probe also times the calls themselves
+(``NetworkModel.collectives``, two ranks, per placement and size), and on some machines the
+call costs more than its messages: on the emulated TCP nodes (MPICH 5.0.2, ``machines/emu-tcp``)
+a 2-rank allreduce of 8 B took 22.6 us where the one exchange of recursive doubling is 13.1 us
+on the same links, and the examples that call it once an iteration (cg_mpi4py, stream_mpi,
+stencil2d) were predicted 10-40 % short there; in shared memory the same call is within
+0.2 us of its price (``emu-shm``). The excess is a property of the machine and its MPI library,
+measured by the probe, like a link's ``exchange_excess_s`` (pmac.calibrate_exchange):
+
+    excess(op, placement, m) = max(0, measured(op, m) - replayed(op, m))
+
+``replayed`` is the steady state of the loop the probe timed (``(T(2K) - T(K)) / K`` for K
+calls back to back, so a shaper's bucket drains as it did in the probe), replayed with the
+caller's message options and no excess. Between the probe's sizes the excess is interpolated
+linearly in the size the algorithm is priced with (:func:`pmac.replay.collective_bytes`), and
+held at the end values outside them.
+
+Two ranks only: that is where the probe's rows say which placement they had, and where each of
+these algorithms is one round. The replay adds the excess once to every member's exit of each
+instance priced by algorithm, whatever the communicator's size (if the excess is per round, a
+lower bound at more ranks; the probe cannot tell on a 2-node machine).
+
+Computed when the network is fitted (:func:`pmac.calibrate_exchange.calibrate_network`, after the
+links' exchange excess, which the replayed price includes) and stored with each 2-rank row
+(``CollectiveCost.excess_s``): a property of the machine as probed, so a what-if that scales the
+links keeps it (the library's cost does not follow the link rate). Profiles fitted before it
+(schema 4) get it with ``python -m pmac.calibrate_collectives machines/NAME.yaml ...``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from .errors import PmacError
+from .profile import NetworkModel, load_profile, save_profile
+from .replay import ReplayOptions, collective_bytes, replay
+from .trace import EVENTS, Op
+
+#: calls per replayed loop (and twice as many)
+LOOP = 100
+PLACEMENT_NODES = {"intra_node": (0, 0), "inter_node": (0, 1)}
+#: probe op name -> the Op the replay prices
+OPS = {"barrier": Op.BARRIER, "bcast": Op.BCAST, "allreduce": Op.ALLREDUCE, "alltoall": Op.ALLTOALL,
+       "reduce": Op.REDUCE, "allgather": Op.ALLGATHER, "gather": Op.GATHER, "scatter": Op.SCATTER}
+
+
+def loop_events(blocks: list[tuple[int, int]], n: int) -> pd.DataFrame:
+    """Two ranks calling each ``(op, bytes)`` of ``blocks`` ``n`` times, block after block
+    (bytes as the probe records them: the send buffer; root 0)."""
+    k = len(blocks) * n
+    i = np.arange(2 * k)
+    rank = (i // k).astype(np.int32)
+    b = (i % k) // n
+    ops = np.array([o for o, _ in blocks], np.int64)[b]
+    m = np.array([m for _, m in blocks], np.int64)[b]
+    df = pd.DataFrame({
+        "rank": rank, "seq": (i % k).astype(np.int64), "op": ops, "t_start_s": 0.0, "t_end_s": 0.0,
+        "burst_s": 0.0, "comm": 0, "dest": -1, "source": -1, "send_tag": 0, "recv_tag": 0,
+        "send_bytes": m, "recv_bytes": m, "root": np.where(ops == int(Op.BCAST), 0, -1), "request": -1,
+        "req_offset": -1, "n_requests": 0, "new_comm": -1})
+    return EVENTS.coerce(df[list(EVENTS.names)])
+
+
+def _block_ends(network, placement, blocks, n, options) -> np.ndarray:
+    opts = ReplayOptions(eager_buffered=options.eager_buffered,
+                         rendezvous_handshake=options.rendezvous_handshake, timeline=True)
+    res = replay(loop_events(blocks, n), None, np.array(PLACEMENT_NODES[placement]), network, opts, n_ranks=2)
+    end = res.end_s.reshape(2, len(blocks), n)[:, :, -1]
+    return end.max(axis=0)
+
+
+def replayed_s(network: NetworkModel, placement: str, blocks: list[tuple[int, int]], options) -> np.ndarray:
+    """Steady-state seconds per call of each ``(op, bytes)`` block on two ranks of ``placement``,
+    priced by algorithm (the network's collectives table is not used)."""
+    net = dataclasses.replace(network, collectives=())
+    d = []
+    for n in (LOOP, 2 * LOOP):
+        ends = _block_ends(net, placement, blocks, n, options)
+        d.append(np.diff(np.concatenate([[0.0], ends])))
+    return (d[1] - d[0]) / LOOP
+
+
+def excess_table(network: NetworkModel, options: ReplayOptions | None = None) -> pd.DataFrame:
+    """One row per 2-rank probe row the replay can price: name (the probe's op), op (its Op code),
+    placement, msg_bytes (the probe's), priced_bytes (what the algorithm is priced with),
+    measured_s, replayed_s, excess_s. Empty without such rows."""
+    cols = ["name", "op", "placement", "msg_bytes", "priced_bytes", "measured_s", "replayed_s", "excess_s"]
+    options = options or ReplayOptions()
+    rows = [c for c in network.collectives if c.n_ranks == 2 and c.op in OPS]
+    parts = []
+    for placement in PLACEMENT_NODES:
+        mine = [c for c in rows if c.placement == placement]
+        if not mine or getattr(network, placement) is None:
+            continue
+        blocks = [(int(OPS[c.op]), int(c.msg_bytes)) for c in mine]
+        rep = replayed_s(network, placement, blocks, options)
+        ops = np.array([b[0] for b in blocks])
+        mb = np.array([b[1] for b in blocks])
+        meas = np.array([c.time_s for c in mine])
+        parts.append(pd.DataFrame({
+            "name": [c.op for c in mine], "op": ops, "placement": placement, "msg_bytes": mb,
+            "priced_bytes": collective_bytes(ops, mb, mb, np.full(ops.size, 2)),
+            "measured_s": meas, "replayed_s": rep, "excess_s": np.maximum(meas - rep, 0.0)}))
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    return pd.concat(parts, ignore_index=True).sort_values(["placement", "op", "priced_bytes"],
+                                                           ignore_index=True)
+
+
+def calibrate_collectives(network: NetworkModel, options: ReplayOptions | None = None) -> NetworkModel:
+    """``network`` with ``excess_s`` set on every 2-rank collective row the replay can price
+    (None on the others)."""
+    table = excess_table(network, options)
+    got = {(r.name, r.placement, int(r.msg_bytes)): float(r.excess_s) for r in table.itertuples()}
+    rows = tuple(dataclasses.replace(c, excess_s=got.get((c.op, c.placement, int(c.msg_bytes))) if c.n_ranks == 2
+                                     else None)
+                 for c in network.collectives)
+    return dataclasses.replace(network, collectives=rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pmac.calibrate_collectives FILE.yaml ...``: (re)calibrate the collective excess of
+    machine profiles in place (each written atomically), and print each table."""
+    import argparse
+    import sys
+    import time
+
+    ap = argparse.ArgumentParser(prog="python -m pmac.calibrate_collectives", description=main.__doc__)
+    ap.add_argument("profiles", nargs="+", metavar="FILE.yaml")
+    args = ap.parse_args(argv)
+    for path in args.profiles:
+        try:
+            prof = load_profile(path)
+            if prof.network is None or not prof.network.collectives:
+                print(f"{path}: no collectives table, nothing to calibrate")
+                continue
+            net = calibrate_collectives(prof.network)
+            prov = dict(prof.provenance or {})
+            prov["collective_excess"] = ("pmac.calibrate_collectives " +
+                                         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            save_profile(dataclasses.replace(prof, network=net, provenance=prov), path)
+        except PmacError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        t = excess_table(prof.network)
+        print(f"{path}: excess over the algorithm's price of the 2-rank calls (us)")
+        print(t.assign(measured_us=t.measured_s * 1e6, replayed_us=t.replayed_s * 1e6, excess_us=t.excess_s * 1e6)
+              [["placement", "name", "msg_bytes", "measured_us", "replayed_us", "excess_us"]]
+              .to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

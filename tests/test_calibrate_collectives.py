@@ -1,0 +1,135 @@
+"""pmac.calibrate_collectives: what a collective call cost beyond its algorithm's messages,
+from the probe's 2-rank rows, and how the replay adds it (hand-computed on a plain link)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from pmac.calibrate_collectives import calibrate_collectives, excess_table
+from pmac.profile import CollectiveCost, NetworkModel
+from pmac.trace import Op
+
+from test_replay import B, L, OR, OS, Trace, link
+
+# a 2-rank allreduce between two nodes (eager, no exchange excess): 8 B is one exchange of
+# recursive doubling (each rank posts, its message arrives OS + L + m/B later, the receive ends
+# OR after that); larger is Rabenseifner, two exchanges of m/2 (MPICH's choice, pmac.collectives)
+PRICE = {8: OS + L + 8 / B + OR}
+PRICE.update({m: 2 * (OS + L + m / 2 / B + OR) for m in (36, 64)})
+
+
+def row(op, m, t, n=2, placement="inter_node", **kw):
+    return CollectiveCost(op=op, msg_bytes=m, n_ranks=n, time_s=t, placement=placement, **kw)
+
+
+def net_with(*rows):
+    return NetworkModel(intra_node=link(), inter_node=link(), collectives=tuple(rows))
+
+
+def test_excess_is_the_measured_call_less_the_replayed_algorithm():
+    rows = (row("allreduce", 8, PRICE[8] + 5e-6), row("allreduce", 64, PRICE[64] + 9e-6),
+            row("allreduce", 8, 0.5 * PRICE[8], placement="intra_node"),     # cheaper than priced
+            row("alltoall", 16, PRICE[8] + 2e-6),                            # 16 B buffer = 8 B blocks
+            row("allreduce", 8, 1e-3, n=4))                                  # not a 2-rank row
+    t = excess_table(net_with(*rows))
+    got = {(r.name, r.placement, r.msg_bytes): r for r in t.itertuples()}
+    assert len(got) == 4
+    assert got[("allreduce", "inter_node", 8)].replayed_s == pytest.approx(PRICE[8], rel=1e-9)
+    assert got[("allreduce", "inter_node", 8)].excess_s == pytest.approx(5e-6, rel=1e-6)
+    assert got[("allreduce", "inter_node", 64)].excess_s == pytest.approx(9e-6, rel=1e-6)
+    assert got[("allreduce", "intra_node", 8)].excess_s == 0.0
+    assert got[("alltoall", "inter_node", 16)].priced_bytes == 8
+    assert got[("alltoall", "inter_node", 16)].excess_s == pytest.approx(2e-6, rel=1e-6)
+    cal = calibrate_collectives(net_with(*rows)).collectives
+    assert [c.excess_s for c in cal] == [pytest.approx(5e-6, rel=1e-6), pytest.approx(9e-6, rel=1e-6), 0.0,
+                                         pytest.approx(2e-6, rel=1e-6), None]
+    assert [dataclasses.replace(c, excess_s=None) for c in cal] == list(rows)
+
+
+def test_replay_adds_the_excess_once_per_call_at_any_size():
+    net = calibrate_collectives(net_with(row("allreduce", 8, PRICE[8] + 5e-6),
+                                         row("allreduce", 64, PRICE[64] + 9e-6)))
+    x8 = net.collectives[0].excess_s
+    two_nodes = np.array([0, 1])
+    t = Trace(2)
+    for _ in range(10):
+        t.coll(Op.ALLREDUCE, 8)
+    assert t.run(net, two_nodes).makespan_s == pytest.approx(10 * (PRICE[8] + x8), rel=1e-9)
+    assert t.run(net, two_nodes, collective_excess=False).makespan_s == pytest.approx(10 * PRICE[8], rel=1e-9)
+    # between the probe's sizes: linear in the priced size (36 B: half way from 8 to 64)
+    t = Trace(2)
+    t.coll(Op.ALLREDUCE, 36)
+    want = PRICE[36] + 0.5 * (x8 + net.collectives[1].excess_s)
+    assert t.run(net, two_nodes).makespan_s == pytest.approx(want, rel=1e-9)
+    # four ranks on four nodes: two rounds of recursive doubling, the excess once
+    t = Trace(4)
+    t.coll(Op.ALLREDUCE, 8)
+    assert t.run(net, np.arange(4)).makespan_s == pytest.approx(2 * PRICE[8] + x8, rel=1e-9)
+    # both ranks on one node: the intra_node rows apply, and there are none
+    t = Trace(2)
+    t.coll(Op.ALLREDUCE, 8)
+    assert t.run(net, np.array([0, 0])).makespan_s == pytest.approx(PRICE[8], rel=1e-9)
+    # other ops have no row: priced by algorithm alone
+    t = Trace(2)
+    t.coll(Op.BARRIER)
+    assert t.run(net, two_nodes).makespan_s == pytest.approx(t.run(net, two_nodes, collective_excess=False)
+                                                             .makespan_s, rel=1e-12)
+
+
+def test_measured_table_instances_take_the_table_and_no_excess():
+    net = calibrate_collectives(net_with(row("allreduce", 8, PRICE[8] + 5e-6),
+                                         row("allreduce", 8, 4e-5, n=4)))
+    x8 = net.collectives[0].excess_s
+    t = Trace(4)
+    t.coll(Op.ALLREDUCE, 8)
+    assert t.run(net, np.arange(4), measured_collectives=True).makespan_s == pytest.approx(4e-5, rel=1e-9)
+    t = Trace(2)   # a 2-rank call: the 2-rank row's time, which is the price plus the excess
+    t.coll(Op.ALLREDUCE, 8)
+    assert t.run(net, np.array([0, 1]), measured_collectives=True).makespan_s == pytest.approx(PRICE[8] + x8,
+                                                                                             rel=1e-6)
+
+
+def test_calibrate_network_sets_the_excess_after_the_exchange_excess():
+    """pmac.probe_network fits through calibrate_network: collective rows come out calibrated,
+    against a price that includes the link's exchange excess."""
+    from pmac.calibrate_exchange import calibrate_network
+
+    xl = dataclasses.replace(link(), exchange_excess_s=2e-6)
+    net = NetworkModel(intra_node=xl, inter_node=xl, collectives=(row("allreduce", 8, PRICE[8] + 5e-6),))
+    got = calibrate_network(net, None).collectives[0].excess_s
+    assert got == pytest.approx(3e-6, rel=1e-6)   # the exchange of recursive doubling pays 2 us of it
+
+
+def test_the_module_recalibrates_profiles_in_place(tmp_path, capsys):
+    from pmac.calibrate_collectives import main
+    from pmac.profile import load_profile, save_profile
+    from test_schema import small_profile
+
+    p = small_profile()
+    p = dataclasses.replace(p, network=net_with(row("allreduce", 8, PRICE[8] + 5e-6)))
+    save_profile(p, tmp_path / "m.yaml")
+    assert main([str(tmp_path / "m.yaml")]) == 0
+    back = load_profile(tmp_path / "m.yaml")
+    assert back.network.collectives[0].excess_s == pytest.approx(5e-6, rel=1e-6)
+    assert "pmac.calibrate_collectives" in back.provenance["collective_excess"]
+    assert "allreduce" in capsys.readouterr().out
+    (tmp_path / "bad.yaml").write_text("kind: pmac.machine\nschema_version: 5\nname: [unclosed\n")
+    assert main([str(tmp_path / "bad.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.yaml" in err and "malformed YAML" in err
+
+
+def test_a_probe_rows_alltoall_size_is_its_send_buffer():
+    """The probe records an alltoall by its whole send buffer (16 B at 2 ranks = 8 B blocks), the
+    trace likewise (pmac.replay.collective_bytes prices one block): a measured row applies to the
+    call of the same buffer (it once compared the row's buffer with the call's block)."""
+    net = net_with(row("alltoall", 16, 7e-6), row("alltoall", 64, 9e-6))
+    t = Trace(2)
+    t.coll(Op.ALLTOALL, 16)
+    assert t.run(net, np.array([0, 1]), measured_collectives=True).makespan_s == pytest.approx(7e-6, rel=1e-9)
+    t = Trace(2)
+    t.coll(Op.ALLTOALL, 40)
+    assert t.run(net, np.array([0, 1]), measured_collectives=True).makespan_s == pytest.approx(8e-6, rel=1e-9)
