@@ -85,16 +85,46 @@ def run_traced(argv: list[str], raw_dir: str | Path, *, shim: ShimBuild | None =
 
 
 def _stop_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
+    """SIGTERM to the launcher's process group, then SIGKILL after ``grace_s``; returns once the
+    launcher *and* the rest of its group are gone. mpiexec can exit on SIGTERM while its ranks
+    still write their records (seen in CI: rank 0's records read, rank 1's not yet written)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
+            proc.wait()
             return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return
+            time.sleep(0.02)
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Does a process of group ``pgid`` still run (zombies, which nobody may reap here, do not
+    count; from /proc, else any process at all)?"""
+    proc = Path("/proc")
+    if not proc.is_dir():
         try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    for d in proc.iterdir():
+        if not d.name.isdigit():
             continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()   # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
 
 
 def trace_mpi(argv: list[str], out: str | Path, *, parameters: dict[str, Any] | None = None,

@@ -438,3 +438,22 @@ def test_stack_overflow_segfault_still_flushes(env, tmp_path):
     res = _trace(env, 1, [str(exe)], "stackoverflow")
     assert res.returncode != 0
     assert [Op(o).name for o in res.signature.events["op"]] == ["INIT", "BARRIER"]
+
+
+def test_stopping_a_run_waits_for_the_whole_process_group(tmp_path):
+    """A launcher that exits at once on SIGTERM while a rank still writes its records: the
+    timeout returns only once the rank is done (the records are read right after)."""
+    import subprocess
+
+    from pmac.tracer import _stop_group
+
+    out = tmp_path / "records"
+    rank = f'trap "sleep 0.5; echo written > {out}; exit 0" TERM; while :; do sleep 0.05; done'
+    proc = subprocess.Popen(["sh", "-c", f"trap 'exit 0' TERM; sh -c '{rank}' & while :; do sleep 0.05; done"],
+                            start_new_session=True)
+    import time
+
+    time.sleep(0.3)   # both shells have set their traps
+    _stop_group(proc)
+    assert proc.returncode == 0
+    assert out.read_text() == "written\n"
