@@ -39,32 +39,36 @@ import pandas as pd
 
 from .errors import PmacError
 from .profile import NetworkModel, load_profile, save_profile
-from .replay import ReplayOptions, collective_bytes, replay
+from .replay import COLLECTIVE_CODES, ReplayOptions, priced_bytes, replay
 from .trace import EVENTS, Op
 
 #: calls per replayed loop (and twice as many)
 LOOP = 100
+#: the two ranks' nodes per placement (pmac.calibrate_exchange uses the same)
 PLACEMENT_NODES = {"intra_node": (0, 0), "inter_node": (0, 1)}
-#: probe op name -> the Op the replay prices
-OPS = {"barrier": Op.BARRIER, "bcast": Op.BCAST, "allreduce": Op.ALLREDUCE, "alltoall": Op.ALLTOALL,
-       "reduce": Op.REDUCE, "allgather": Op.ALLGATHER, "gather": Op.GATHER, "scatter": Op.SCATTER}
+
+
+def two_rank_events(n: int, op, **cols) -> pd.DataFrame:
+    """``n`` calls of each of two ranks (rank 0's, then rank 1's): ``op`` and ``cols`` per row
+    (arrays of 2n or scalars) over blocking-call defaults (no peers, tags 0, no requests, no
+    bursts); pmac.calibrate_exchange's loop too."""
+    k = np.arange(2 * n)
+    rank = (k // n).astype(np.int32)
+    d = {"rank": rank, "seq": (k % n).astype(np.int64), "op": op, "t_start_s": 0.0, "t_end_s": 0.0,
+         "burst_s": 0.0, "comm": 0, "dest": -1, "source": -1, "send_tag": 0, "recv_tag": 0, "send_bytes": 0,
+         "recv_bytes": 0, "root": -1, "request": -1, "req_offset": -1, "n_requests": 0, "new_comm": -1}
+    d.update(cols)
+    return EVENTS.coerce(pd.DataFrame(d)[list(EVENTS.names)])
 
 
 def loop_events(blocks: list[tuple[int, int]], n: int) -> pd.DataFrame:
     """Two ranks calling each ``(op, bytes)`` of ``blocks`` ``n`` times, block after block
     (bytes as the probe records them: the send buffer; root 0)."""
-    k = len(blocks) * n
-    i = np.arange(2 * k)
-    rank = (i // k).astype(np.int32)
-    b = (i % k) // n
+    b = np.tile(np.arange(len(blocks)).repeat(n), 2)
     ops = np.array([o for o, _ in blocks], np.int64)[b]
     m = np.array([m for _, m in blocks], np.int64)[b]
-    df = pd.DataFrame({
-        "rank": rank, "seq": (i % k).astype(np.int64), "op": ops, "t_start_s": 0.0, "t_end_s": 0.0,
-        "burst_s": 0.0, "comm": 0, "dest": -1, "source": -1, "send_tag": 0, "recv_tag": 0,
-        "send_bytes": m, "recv_bytes": m, "root": np.where(ops == int(Op.BCAST), 0, -1), "request": -1,
-        "req_offset": -1, "n_requests": 0, "new_comm": -1})
-    return EVENTS.coerce(df[list(EVENTS.names)])
+    return two_rank_events(len(blocks) * n, ops, send_bytes=m, recv_bytes=m,
+                           root=np.where(ops == int(Op.BCAST), 0, -1))
 
 
 def _block_ends(network, placement, blocks, n, options) -> np.ndarray:
@@ -92,20 +96,18 @@ def excess_table(network: NetworkModel, options: ReplayOptions | None = None) ->
     measured_s, replayed_s, excess_s. Empty without such rows."""
     cols = ["name", "op", "placement", "msg_bytes", "priced_bytes", "measured_s", "replayed_s", "excess_s"]
     options = options or ReplayOptions()
-    rows = [c for c in network.collectives if c.n_ranks == 2 and c.op in OPS]
+    rows = [c for c in network.collectives if c.n_ranks == 2]
     parts = []
     for placement in PLACEMENT_NODES:
         mine = [c for c in rows if c.placement == placement]
         if not mine or getattr(network, placement) is None:
             continue
-        blocks = [(int(OPS[c.op]), int(c.msg_bytes)) for c in mine]
+        blocks = [(COLLECTIVE_CODES[c.op], int(c.msg_bytes)) for c in mine]
         rep = replayed_s(network, placement, blocks, options)
-        ops = np.array([b[0] for b in blocks])
-        mb = np.array([b[1] for b in blocks])
         meas = np.array([c.time_s for c in mine])
         parts.append(pd.DataFrame({
-            "name": [c.op for c in mine], "op": ops, "placement": placement, "msg_bytes": mb,
-            "priced_bytes": collective_bytes(ops, mb, mb, np.full(ops.size, 2)),
+            "name": [c.op for c in mine], "op": [b[0] for b in blocks], "placement": placement,
+            "msg_bytes": [b[1] for b in blocks], "priced_bytes": [priced_bytes(c) for c in mine],
             "measured_s": meas, "replayed_s": rep, "excess_s": np.maximum(meas - rep, 0.0)}))
     if not parts:
         return pd.DataFrame(columns=cols)
@@ -114,9 +116,11 @@ def excess_table(network: NetworkModel, options: ReplayOptions | None = None) ->
 
 
 def calibrate_collectives(network: NetworkModel, options: ReplayOptions | None = None) -> NetworkModel:
-    """``network`` with ``excess_s`` set on every 2-rank collective row the replay can price
-    (None on the others)."""
-    table = excess_table(network, options)
+    """``network`` with ``excess_s`` set on every 2-rank collective row (None on the others)."""
+    return _with_excess(network, excess_table(network, options))
+
+
+def _with_excess(network: NetworkModel, table: pd.DataFrame) -> NetworkModel:
     got = {(r.name, r.placement, int(r.msg_bytes)): float(r.excess_s) for r in table.itertuples()}
     rows = tuple(dataclasses.replace(c, excess_s=got.get((c.op, c.placement, int(c.msg_bytes))) if c.n_ranks == 2
                                      else None)
@@ -140,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             if prof.network is None or not prof.network.collectives:
                 print(f"{path}: no collectives table, nothing to calibrate")
                 continue
-            net = calibrate_collectives(prof.network)
+            t = excess_table(prof.network)
+            net = _with_excess(prof.network, t)
             prov = dict(prof.provenance or {})
             prov["collective_excess"] = ("pmac.calibrate_collectives " +
                                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -148,7 +153,6 @@ def main(argv: list[str] | None = None) -> int:
         except PmacError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        t = excess_table(prof.network)
         print(f"{path}: excess over the algorithm's price of the 2-rank calls (us)")
         print(t.assign(measured_us=t.measured_s * 1e6, replayed_us=t.replayed_s * 1e6, excess_us=t.excess_s * 1e6)
               [["placement", "name", "msg_bytes", "measured_us", "replayed_us", "excess_us"]]

@@ -22,27 +22,20 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from .calibrate_collectives import calibrate_collectives
+from .calibrate_collectives import PLACEMENT_NODES, calibrate_collectives, two_rank_events
 from .fit_network import QUANTILE, pycall_s
 from .profile import LinkModel, NetworkModel
 from .replay import ReplayOptions, replay
-from .trace import EVENTS, Op
+from .trace import Op
 
 #: exchanges in the replayed loop (and twice as many): enough to drain a shaper's bucket
 LOOP = 400
-PLACEMENT_NODES = {"intra_node": (0, 0), "inter_node": (0, 1)}
 
 
 def exchange_loop(n: int, m: int) -> pd.DataFrame:
     """Events of two ranks doing ``n`` MPI_Sendrecv of ``m`` bytes with each other."""
-    k = np.arange(2 * n)
-    rank = (k // n).astype(np.int32)
-    df = pd.DataFrame({
-        "rank": rank, "seq": (k % n).astype(np.int64), "op": np.full(2 * n, int(Op.SENDRECV)),
-        "t_start_s": 0.0, "t_end_s": 0.0, "burst_s": 0.0, "comm": 0, "dest": 1 - rank, "source": 1 - rank,
-        "send_tag": 0, "recv_tag": 0, "send_bytes": m, "recv_bytes": m, "root": -1, "request": -1,
-        "req_offset": -1, "n_requests": 0, "new_comm": -1})
-    return EVENTS.coerce(df[list(EVENTS.names)])
+    peer = np.repeat(np.array([1, 0], np.int32), n)
+    return two_rank_events(n, int(Op.SENDRECV), dest=peer, source=peer, send_bytes=m, recv_bytes=m)
 
 
 def replayed_exchange_s(link: LinkModel, placement: str, m: int, n: int = LOOP) -> float:

@@ -232,9 +232,10 @@ for _o in (Op.SSEND, Op.ISSEND):
 for _o in (Op.BSEND, Op.IBSEND):
     _MODE[_o] = 2
 
-_MEASURED_NAME = {Op.BARRIER: "barrier", Op.BCAST: "bcast", Op.REDUCE: "reduce", Op.ALLREDUCE: "allreduce",
-                  Op.ALLGATHER: "allgather", Op.ALLTOALL: "alltoall", Op.GATHER: "gather", Op.SCATTER: "scatter"}
-_CODE_OF_NAME = {name: int(code) for code, name in _MEASURED_NAME.items()}
+#: collective name (CollectiveCost.op) -> the op code the replay prices
+COLLECTIVE_CODES = {"barrier": int(Op.BARRIER), "bcast": int(Op.BCAST), "reduce": int(Op.REDUCE),
+                    "allreduce": int(Op.ALLREDUCE), "allgather": int(Op.ALLGATHER), "alltoall": int(Op.ALLTOALL),
+                    "gather": int(Op.GATHER), "scatter": int(Op.SCATTER)}
 
 
 def _pow2_at_least(x: int) -> int:
@@ -640,49 +641,52 @@ def _collective_tables(network, options, inst_op, i_size, inst_bytes, inst_ev, i
     return table, extra
 
 
-def _priced_bytes(c) -> float:
-    """The size a probe row's call is priced with (its ``msg_bytes`` is the send buffer, so an
-    alltoall row's block is msg_bytes / n_ranks; :func:`collective_bytes`)."""
+def priced_bytes(c) -> float:
+    """The size a probe row's call (a ``CollectiveCost``) is priced with: its ``msg_bytes`` is the
+    send buffer, so an alltoall row's block is msg_bytes / n_ranks (:func:`collective_bytes`)."""
     one = np.array([c.msg_bytes])
-    return float(collective_bytes(np.array([_CODE_OF_NAME[c.op]]), one, one, np.array([c.n_ranks]))[0])
+    return float(collective_bytes(np.array([COLLECTIVE_CODES[c.op]]), one, one, np.array([c.n_ranks]))[0])
+
+
+def _curves(network, value) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """The network's collective rows with a ``value(row)`` (not None) as curves over the priced
+    size: ``{(op code, n_ranks, intra_node): (sizes ascending, values)}``."""
+    groups: dict[tuple, list] = {}
+    for c in network.collectives:
+        v = value(c)
+        if v is not None:
+            key = (COLLECTIVE_CODES[c.op], c.n_ranks, c.placement == "intra_node")
+            groups.setdefault(key, []).append((priced_bytes(c), v))
+    out = {}
+    for key, pts in groups.items():
+        pts.sort()
+        out[key] = (np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float))
+    return out
 
 
 def _excess(network, inst_op, inst_bytes, same_node) -> np.ndarray:
     """The calibrated excess of each instance (pmac.calibrate_collectives: 2-rank rows, linear in
     the priced size between the probe's sizes, the end values outside), 0 where none."""
     out = np.zeros(inst_op.size)
-    groups: dict[tuple, list] = {}
-    for c in network.collectives:
-        if c.excess_s is not None and c.n_ranks == 2:
-            key = (_CODE_OF_NAME[c.op], c.placement == "intra_node")
-            groups.setdefault(key, []).append((_priced_bytes(c), c.excess_s))
-    for (code, intra), pts in groups.items():
+    for (code, nr, intra), (xs, ys) in _curves(network, lambda c: c.excess_s).items():
         sel = (inst_op == code) & (same_node == intra)
-        if sel.any():
-            pts.sort()
-            out[sel] = np.interp(inst_bytes[sel], [p[0] for p in pts], [p[1] for p in pts])
+        if nr == 2 and sel.any():
+            out[sel] = np.interp(inst_bytes[sel], xs, ys)
     return out
 
 
 def _measured(network, inst_op, i_size, inst_bytes, same_node):
+    """The measured time of each instance whose op, size of communicator, placement and priced
+    size (between the probe's sizes, linear) the network's table covers; NaN elsewhere."""
     out = np.full(inst_op.size, np.nan)
-    placement = np.where(same_node, "intra_node", "inter_node")
-    groups: dict[tuple, list] = {}
-    for c in network.collectives:
-        groups.setdefault((c.op, c.n_ranks, c.placement), []).append((_priced_bytes(c), c.time_s))
-    for (name, nr, pl), pts in groups.items():
-        codes = [o for o, nm in _MEASURED_NAME.items() if nm == name]
-        sel = np.isin(inst_op, codes) & (i_size == nr) & (placement == pl)
+    for (code, nr, intra), (xs, ys) in _curves(network, lambda c: c.time_s).items():
+        sel = (inst_op == code) & (i_size == nr) & (same_node == intra)
         if not sel.any():
             continue
-        pts.sort()
-        xs = np.array([p[0] for p in pts], float)
-        ys = np.array([p[1] for p in pts], float)
         m = inst_bytes[sel]
         inside = (m >= xs[0]) & (m <= xs[-1])
-        vals = np.interp(m, xs, ys)
         cur = out[sel]
-        cur[inside] = vals[inside]
+        cur[inside] = np.interp(m, xs, ys)[inside]
         out[sel] = cur
     return out
 
