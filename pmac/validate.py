@@ -67,3 +67,22 @@ def timed_compute_s(events: pd.DataFrame) -> float:
         if len(b) and len(r):
             worst = max(worst, float(g.loc[b[0] + 1: r[-1], "burst_s"].sum()))
     return worst
+
+
+def traced_region_s(events: pd.DataFrame) -> float:
+    """The timed region of an example program as its traced run measured it: max over ranks of
+    (start of the last REDUCE) - (end of the first BARRIER), from the trace's own timestamps (as
+    bench/validate_emulated cuts the predicted timeline); 0 when a rank lacks either call.
+
+    The traced run against the untraced runs of the same host is the host's run-to-run noise,
+    no model involved (bench/validate_emulated prints it as the noise floor)."""
+    from .trace import Op
+
+    worst = 0.0
+    for _, g in events.groupby("rank"):
+        ops = g["op"].to_numpy()
+        b = np.flatnonzero(ops == int(Op.BARRIER))
+        r = np.flatnonzero(ops == int(Op.REDUCE))
+        if len(b) and len(r):
+            worst = max(worst, float(g["t_start_s"].iloc[r[-1]] - g["t_end_s"].iloc[b[0]]))
+    return worst

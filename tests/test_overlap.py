@@ -118,3 +118,24 @@ def test_timed_compute_s_is_the_max_over_ranks_of_bursts_between_barrier_and_red
     # rank 0: 2.0 + 3.0 (the RECV/SEND burst and the REDUCE's); rank 1: 2.5 + 3.0
     assert timed_compute_s(ev) == pytest.approx(5.5)
     assert timed_compute_s(ev[ev["op"] != int(Op.REDUCE)]) == 0.0
+
+
+def test_traced_region_s_is_the_max_over_ranks_from_first_barrier_end_to_last_reduce_start():
+    """pmac.validate.traced_region_s: the traced run's own timed region, per rank from the end of
+    the first BARRIER to the start of the last REDUCE, the larger of the ranks'."""
+    from pmac.trace import Op
+    from pmac.validate import traced_region_s
+
+    rows = []
+    calls = {0: ((Op.INIT, 0.0, 1.0), (Op.BARRIER, 1.5, 2.0), (Op.BARRIER, 3.0, 3.5), (Op.REDUCE, 6.0, 6.5),
+                 (Op.REDUCE, 7.0, 7.25), (Op.FINALIZE, 8.0, 8.5)),
+             1: ((Op.INIT, 0.0, 1.0), (Op.BARRIER, 1.0, 2.5), (Op.SEND, 3.0, 3.1), (Op.REDUCE, 9.0, 9.5),
+                 (Op.FINALIZE, 10.0, 10.5))}
+    for r, cs in calls.items():
+        for seq, (op, t0, t1) in enumerate(cs):
+            rows.append(dict(rank=r, seq=seq, op=int(op), t_start_s=t0, t_end_s=t1))
+    ev = pd.DataFrame(rows)
+    # rank 0: 7.0 - 2.0 = 5.0 (first BARRIER, last REDUCE); rank 1: 9.0 - 2.5 = 6.5
+    assert traced_region_s(ev) == pytest.approx(6.5)
+    assert traced_region_s(ev[ev["rank"] == 0]) == pytest.approx(5.0)
+    assert traced_region_s(ev[ev["op"] != int(Op.BARRIER)]) == 0.0
