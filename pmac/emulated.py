@@ -496,9 +496,11 @@ def probe_runs(variants) -> list[tuple[Variant, str]]:
 
 
 def probe_with_switch(sw: VariantSwitch, runs, *, quick: bool, workdir: str | Path, progress=None,
-                      timeout_s: float | None = None) -> dict[tuple[str, str], tuple]:
+                      timeout_s: float | None = None, probe_args: list[str] = (),
+                      fit: bool = True) -> dict[tuple[str, str], tuple]:
     """Run the network probe for each of ``runs`` (:func:`probe_runs`) on an open
-    :class:`VariantSwitch`; ``{(variant, what): (NetworkModel, raw tables, quick)}``."""
+    :class:`VariantSwitch`; ``{(variant, what): (NetworkModel, raw tables, quick)}`` (the model
+    None when not ``fit``; ``probe_args`` go to probes/network.py)."""
     from .probe_network import measure_network
 
     progress = progress or (lambda f, m: None)
@@ -507,7 +509,8 @@ def probe_with_switch(sw: VariantSwitch, runs, *, quick: bool, workdir: str | Pa
     for i, (v, what) in enumerate(runs):
         def sub(f, m, i=i, name=f"{v.name} {what}"):
             progress((i + f) / len(runs), f"{name}: {m}")
-        kw = dict(quick=quick, workdir=workdir / f"{v.name}-{what}", progress=sub, timeout_s=timeout_s)
+        kw = dict(quick=quick, workdir=workdir / f"{v.name}-{what}", progress=sub, timeout_s=timeout_s,
+                  probe_args=probe_args, fit=fit)
         if what == "shm":
             done[(v.name, what)] = (*measure_network(n_ranks=2, **kw), quick)
         else:

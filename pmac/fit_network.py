@@ -202,6 +202,25 @@ def corrected_pingpong(pp: pd.DataFrame, placement: str) -> pd.DataFrame:
     return rows[["msg_bytes", "rep", "time_s", "time_corrected_s"]].reset_index(drop=True)
 
 
+#: the network probe's pollution tests (raw ping-pong rows; msg_bytes = bytes swept before each call)
+POLLUTION_TESTS = ("pollution", "pollution_pause")
+
+
+def fit_pollution(rows: pd.DataFrame) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(bytes swept, excess seconds) of one placement's probe rows: per size the median over
+    repetitions of (swept - paused) of the same repetition, at least 0, made non-decreasing (more
+    bytes swept cannot leave more of the path in the caches); ((), ()) without such rows."""
+    a = rows[rows.test == POLLUTION_TESTS[0]].set_index(["msg_bytes", "rep"])["time_s"]
+    b = rows[rows.test == POLLUTION_TESTS[1]].set_index(["msg_bytes", "rep"])["time_s"]
+    d = (a - b).dropna()
+    d = d[d.index.get_level_values(0) > 0]
+    if d.empty:
+        return (), ()
+    med = d.groupby(level=0).median().sort_index()
+    ex = np.maximum.accumulate(np.maximum(med.to_numpy(np.float64), 0.0))
+    return tuple(float(x) for x in med.index), tuple(float(x) for x in ex)
+
+
 def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
     """LinkModel of one placement from the ``pingpong`` raw table, or None if not measured."""
     rows = corrected_pingpong(pp, placement)
@@ -237,6 +256,8 @@ def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
         stream_bw = float(np.max(sm / stt))
     model = fit_link(m, t, send_overhead_s=o_s, recv_overhead_s=o_r, streaming_bandwidth_bytes_per_s=stream_bw,
                      rel_noise=relative_noise(rows))
+    pb, pe = fit_pollution(sel)
+    model = dataclasses.replace(model, pollution_bytes=pb, pollution_excess_s=pe)
     shaper = fit_shaper(m, t, st, sel[sel.test == "burst"]) if placement == "inter_node" else None
     if shaper is None:
         return model

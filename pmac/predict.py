@@ -24,6 +24,13 @@ Burst times (``burst_source``):
   traced; the summary marks such rows ``independent = False``.
 - ``'auto'``: ``'memory'`` when the signature has a memory signature, else ``'measured'``.
 
+Pollution (``pollution=True``, pmac.pollution): a call after a burst that evicted the caches
+pays what the profile's links measured for it (the network probe's ``pollution`` test), from the
+burst's reuse histograms and the profile's caches; counted as communication (its messages leave
+that much later; in the timeline the call's ``start_s`` includes it). Needs the memory
+signature, whatever the burst source: without one nothing is added (a note says so when the
+profile has the curves).
+
 Placement: ranks fill nodes block-wise, ``ranks_per_node`` per node (default: the node's core
 count, i.e. one rank per core), so rank ``r`` is on node ``r // ranks_per_node``. A prediction
 that needs more nodes than the profile has (``n_nodes``) is still made and says so in a note.
@@ -38,7 +45,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .convolve import burst_arrays, convolve, machine_coeffs
+from .convolve import BurstArrays, burst_arrays, convolve, machine_coeffs
 from .errors import InputError, MissingSectionError
 from .expand import collapse_timeline, expand_for_replay, unreplayed_note
 from .profile import MachineProfile
@@ -210,10 +217,11 @@ def needed_sections(profile: MachineProfile, sig: Signature, *, burst_source: st
     return lacking
 
 
-def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int]
-                       ) -> tuple[np.ndarray, dict]:
-    """Convolved burst time before every event (machines x events) and diagnostics."""
-    ba = burst_arrays(sig.memory)
+def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int],
+                       ba: BurstArrays | None = None) -> tuple[np.ndarray, dict]:
+    """Convolved burst time before every event (machines x events) and diagnostics; ``ba``: the
+    signature's bursts as arrays when already built."""
+    ba = burst_arrays(sig.memory) if ba is None else ba
     ms = [machine_coeffs(p, active_cores=a) for p, a in zip(profiles, active_cores)]
     res = convolve(ba, ms, detail=True)
     ev = sig.events
@@ -235,9 +243,29 @@ def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], activ
     return out, diag
 
 
+def _has_pollution_curve(p: MachineProfile) -> bool:
+    net = p.network
+    links = () if net is None else (net.intra_node, net.inter_node)
+    return any(lk is not None and bool(lk.pollution_bytes) for lk in links)
+
+
+def _pollution_s(sig: Signature, ex, ba: BurstArrays | None, p: MachineProfile,
+                 placement: np.ndarray) -> np.ndarray | None:
+    """Seconds each replayed event's call pays for its burst's pollution (pmac.pollution), or None
+    when the signature has no memory or the profile no caches or curve."""
+    if ba is None or p.node is None or not p.node.caches or not _has_pollution_curve(p):
+        return None
+    from .pollution import event_excess
+
+    x = event_excess(sig.events, ba, p.node.caches, p.network.intra_node, p.network.inter_node, placement,
+                     sig.comms)
+    return np.where(ex.first, x[ex.source_row], 0.0) if ex.changed else x
+
+
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
             burst_source: str = "auto", contention: bool = False, timeline: bool = False,
-            measured_collectives: bool = False, collective_excess: bool = True) -> Prediction:
+            measured_collectives: bool = False, collective_excess: bool = True,
+            pollution: bool = True) -> Prediction:
     """Predict ``sig`` on every profile (see module docstring)."""
     if not profiles:
         raise InputError("predict: no machine profiles given")
@@ -250,8 +278,10 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
     rpns = [ranks_per_node_for(p, ranks_per_node) for p in profiles]
     n = sig.n_ranks
     ev = sig.events
+    has_memory = bool(sig.memory) and "bursts" in sig.memory and len(sig.memory["bursts"]) > 0
+    ba = burst_arrays(sig.memory) if has_memory and (src == "memory" or pollution) else None
     if src == "memory":
-        bursts_all, diag = memory_burst_times(sig, profiles, [min(r, n) for r in rpns])
+        bursts_all, diag = memory_burst_times(sig, profiles, [min(r, n) for r in rpns], ba)
         if diag["n_untraced_ranks"]:
             notes.append(f"{diag['n_untraced_ranks']} rank(s) without a memory trace take the bursts of a traced rank")
         if diag["n_events_without_burst"]:
@@ -293,8 +323,17 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
                                                           or sig.name in p.overlap.calibrated_on):
             notes.append(f"{p.name}: overlap model calibrated on '{app}' itself: not an independent prediction")
         burst = np.ascontiguousarray(bursts_all[k])
+        x = _pollution_s(sig, ex, ba, p, placement) if pollution else None
+        if x is None and pollution and _has_pollution_curve(p):
+            notes.append(f"{p.name}: no memory signature (or no caches in the profile): calls after bursts "
+                         "that evict the caches are not charged for it (pmac.pollution)")
+        if x is not None:
+            burst = burst + x
         r = _replay(replayer, burst, placement, p, contention=contention, timeline=timeline,
                     measured_collectives=measured_collectives, collective_excess=collective_excess)
+        if x is not None:  # inside the call, not compute
+            xr = np.bincount(sig_r.events["rank"].to_numpy(np.int64), weights=x, minlength=n)[:n]
+            r = dataclasses.replace(r, compute_s=r.compute_s - xr, comm_s=r.comm_s + xr)
         notes += [f"{p.name}: {x}" for x in r.notes]
         crit_rank = int(np.argmax(r.finish_s))
         rows.append(dict(machine=p.name, signature=sig.name, n_ranks=n, ranks_per_node=rpn, n_nodes=n_nodes,

@@ -84,8 +84,10 @@ def model_from_record(tables: dict[str, pd.DataFrame], meta: dict) -> NetworkMod
 def measure_network(*, quick: bool, workdir: Path, progress: Progress | None = None,
                     mpiexec_prefix: list[str] | None = None, node_map: list[int] | None = None,
                     n_ranks: int = 2, backend: str = "auto", timeout_s: float | None = None,
-                    in_job: bool | None = None, probe_args: list[str] = ()) -> tuple[NetworkModel, dict[str, pd.DataFrame]]:
-    """Measure the network and fit it; returns the model and the raw tables (every repetition).
+                    in_job: bool | None = None, probe_args: list[str] = (),
+                    fit: bool = True) -> tuple[NetworkModel | None, dict[str, pd.DataFrame]]:
+    """Measure the network and fit it; returns the model and the raw tables (every repetition);
+    ``fit=False``: no model (None), e.g. for ``probe_args=["--pollution-only"]``.
 
     ``workdir`` receives ``network.npz`` (the probe record) and ``network.log``. ``probe_args``
     are passed on to ``probes/network.py`` (e.g. ``["--max-bytes", "65536", "--no-collectives"]``).
@@ -122,7 +124,7 @@ def measure_network(*, quick: bool, workdir: Path, progress: Progress | None = N
     if not out.exists():
         raise ProbeError(f"the network probe wrote no record (see {log})")
     tables, meta = read_record(out)
-    return model_from_record(tables, meta), tables
+    return (model_from_record(tables, meta) if fit else None), tables
 
 
 def _run_with_progress(cmd: list[str], log: Path, progress: Progress, timeout_s: float) -> None:

@@ -25,7 +25,7 @@ from .schema import (check_document, from_dict, read_yaml, register_kind, save_d
 from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
-register_kind(KIND, 5, {1: "first version: node (caches, memory, compute, curves), network "
+register_kind(KIND, 6, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
                            "per second; version 1 files have none",
@@ -37,8 +37,12 @@ register_kind(KIND, 5, {1: "first version: node (caches, memory, compute, curves
                         5: "network.collectives: excess_s (optional: what the 2-rank call cost beyond the "
                            "algorithm's messages on the fitted links, pmac.calibrate_collectives); version 4 "
                            "files have none (collectives priced by algorithm alone; `python -m "
-                           "pmac.calibrate_collectives FILE.yaml` adds it)"},
-              migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body})
+                           "pmac.calibrate_collectives FILE.yaml` adds it)",
+                        6: "network links: pollution_bytes and pollution_excess_s (optional: what a call "
+                           "costs after its burst swept that many bytes through the caches, pmac.pollution); "
+                           "version 5 files have none (no such cost)"},
+              migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
+                          5: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -243,6 +247,12 @@ class LinkModel:
     #: pmac.calibrate_exchange). On TCP a message that arrives while its receiver is inside its
     #: own send is processed only after that send (0: an exchange costs what the messages do).
     exchange_excess_s: float = 0.0
+    #: what a call costs more after its rank swept ``pollution_bytes[i]`` bytes through the
+    #: caches (the library's and the kernel's path evicted) than after a pause as long: the
+    #: network probe's ``pollution`` test, ascending sizes, non-decreasing (pmac.pollution;
+    #: empty: not measured, no such cost)
+    pollution_bytes: tuple[float, ...] = ()
+    pollution_excess_s: tuple[float, ...] = ()
 
     def __post_init__(self):
         _positive("latency_s", self.latency_s, allow_zero=True)
@@ -264,6 +274,13 @@ class LinkModel:
         _positive("exchange_excess_s", self.exchange_excess_s, allow_zero=True)
         if self.shaper_header_bytes is not None and self.shaper_rate_bytes_per_s is None:
             raise ValueError("shaper_header_bytes needs shaper_rate_bytes_per_s")
+        if len(self.pollution_bytes) != len(self.pollution_excess_s):
+            raise ValueError("pollution_bytes and pollution_excess_s differ in length")
+        pb, pe = np.asarray(self.pollution_bytes, float), np.asarray(self.pollution_excess_s, float)
+        if pb.size and not (np.all(np.isfinite(pb)) and pb[0] > 0 and np.all(np.diff(pb) > 0)):
+            raise ValueError("pollution_bytes must be positive and ascending")
+        if pe.size and not (np.all(np.isfinite(pe)) and pe[0] >= 0 and np.all(np.diff(pe) >= 0)):
+            raise ValueError("pollution_excess_s must be >= 0 and non-decreasing")
 
     @property
     def shaped(self) -> bool:

@@ -30,6 +30,10 @@ def _link_lines(label: str, link: LinkModel) -> list[str]:
                    f"{fq(link.shaper_rate_bytes_per_s, 'bytes_per_s')}, bucket {fq(link.shaper_burst_bytes, 'bytes')}"
                    + (f", {link.shaper_header_bytes:.0f} B of header tokens a message" if link.shaper_header_bytes
                       else "") + " (the segments below are the line under it)")
+    if link.pollution_bytes:
+        out.append("    after a burst that swept: " + ", ".join(
+            f"{fq(w, 'bytes')} +{fq(e, 's')}" for w, e in zip(link.pollution_bytes, link.pollution_excess_s))
+            + " a call (pmac.pollution)")
     for s in link.segments:
         hi = "inf" if s.max_bytes >= 2.0**60 else fq(s.max_bytes, "bytes")
         out.append(f"    [{fq(s.min_bytes, 'bytes')}, {hi}): {fq(s.latency_s, 's')} + bytes / "

@@ -32,6 +32,12 @@ first rank on another node (``inter_node``); placement from ``MPI.Get_processor_
   512 B; time per exchange. On TCP this costs more than a one-way hop (a message that arrives
   while its receiver is inside its own send waits for that send); the fit keeps the excess
   over what the rest of the link model prices (pmac.calibrate_exchange);
+- ``pollution`` / ``pollution_pause``: an 8 B exchange after each rank swept ``msg_bytes`` bytes
+  of a buffer of its own (one write per 64-byte line: what a compute burst streaming that much
+  data does to the caches), against the same exchange after a pause of the same length without
+  the sweep; sizes 16 KiB .. 64 MiB (powers of four), the two kinds alternating call by call; per
+  repetition the median over calls, averaged over the pair. The difference is what the call pays
+  for finding the library's and the kernel's code and data evicted (pmac.pollution);
 - ``send_overhead``: time inside the send call of a small message (LogP o_s); ``recv_overhead``:
   time inside the receive call after delaying the receive well past the message's arrival (o_r);
   each repetition is the median over its calls;
@@ -64,6 +70,8 @@ WINDOW = 64
 BURST_IDLE_MS = 20.0
 MAX_BYTES = 16 << 20
 EXCHANGE_SIZES = (0, 8, 64, 512)
+#: bytes each rank sweeps before a ``pollution`` exchange
+POLLUTION_SIZES = tuple(4**k for k in range(7, 14))  # 16 KiB .. 64 MiB
 
 
 def aligned_buffer(n_bytes: int) -> np.ndarray:
@@ -363,11 +371,13 @@ def pairs(ids: list[int]) -> dict[str, int]:
 
 def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto",
         batch_ms: float | None = None, max_bytes: int = MAX_BYTES, collectives: bool = True,
-        burst_idle_ms: float = BURST_IDLE_MS,
+        burst_idle_ms: float = BURST_IDLE_MS, pollution_only: bool = False,
         report=None) -> tuple[dict, dict]:
     """Measure; returns (tables, meta) on rank 0 and ({}, meta) elsewhere.
 
-    ``report(fraction, message)`` is called on rank 0 as work progresses.
+    ``report(fraction, message)`` is called on rank 0 as work progresses. ``pollution_only``:
+    the ``pollution`` test alone, for each placement (to add it to a profile probed before it
+    existed: ``python -m pmac.calibrate_pollution``).
     """
     from mpi4py import MPI
 
@@ -376,6 +386,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
     ids, names = node_ids(comm, node_map)
     partners = pairs(ids)
     be = make_backend(comm, backend, quick)
+    pol_be = pollution_backend(be, comm)
     batch_s = (batch_ms if batch_ms is not None else (2.0 if quick else 5.0)) * 1e-3
     reps = 9 if quick else 15
     # wall-time budget of the ping-pong sweeps: on a loaded machine (busy-polling ranks wait for
@@ -394,6 +405,14 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         active = rank in (0, peer)
         first = rank == 0
         other = peer if first else 0
+        if pollution_only:
+            report(step / steps, f"pollution {placement}")
+            if active:
+                _pollution(pol_be, comm, buf, sbuf, pp_rows, placement, first, other,
+                           reps=5 if quick else 9, budget_s=budget_s / 4)
+            step += 4
+            comm.Barrier()
+            continue
         # compile / warm up with the smallest message, then every size
         if active:
             be.pingpong(buf, 1, 20, first, other)
@@ -411,6 +430,9 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
                 be.exchange(buf, sbuf, n, 20, other)  # compile / warm up
         _repetitions("exchange", ex_sizes, pp_iters, lambda n, it: be.exchange(buf, sbuf, n, it, other),
                      per_iter=1, warmup=lambda it: it // 10, budget_s=budget_s / 8, **sweep)
+        if active:
+            _pollution(pol_be, comm, buf, sbuf, pp_rows, placement, first, other,
+                       reps=5 if quick else 9, budget_s=budget_s / 4)
         step += 1
         report(step / steps, f"streaming {placement}")
         stream_sizes = [s for s in sizes if s >= 1024 and s * WINDOW <= sbuf.size and (s & (s - 1)) == 0][::2]
@@ -456,7 +478,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         comm.Barrier()
 
     coll_rows: list[tuple] = []
-    if collectives:
+    if collectives and not pollution_only:
         report(step / steps, "collectives")
         coll_rows = _collectives(comm, ids, quick=quick, reps=reps, batch_s=batch_s, max_call_s=max_call_s)
     meta = {
@@ -464,6 +486,8 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         "mpi_version": ".".join(map(str, MPI.Get_version())),
         "mpi4py": __import__("mpi4py").__version__,
         "backend": be.name,
+        "pollution_backend": pol_be.name,
+        "pollution_only": pollution_only,
         "n_ranks": size,
         "processor_names": names,
         "node_ids": ids,
@@ -574,6 +598,67 @@ def _burst(be, comm, buf, rows, placement, first, other, *, reps, idle_s, max_ca
                 rows.append((placement, "burst", n, r, dt))
 
 
+def pollution_backend(be, comm):
+    """The numba-mpi backend when it is there (also in a ``--quick`` run: one kernel, ~1.5 s to
+    compile): the ``pollution`` test measures the MPI library's and the kernel's path, not the
+    interpreter's (an mpi4py loop's own code and objects would be evicted by the sweep too)."""
+    if isinstance(be, NumbaBackend):
+        return be
+    try:
+        return NumbaBackend(comm)
+    except ImportError:
+        return be
+
+
+def _pollution(be, comm, buf, sbuf, rows, placement, first, other, *, reps, budget_s,
+               sizes=POLLUTION_SIZES) -> None:
+    """The ``pollution`` and ``pollution_pause`` rows (see the module doc).
+
+    Each call of a size waits the same pause on both ranks (1.5 x the slower rank's sweep, at
+    least 20 us, agreed once), with or without sweeping first, so the two kinds differ only in
+    the sweep; a pause alone costs a little too (a path idle for a millisecond wakes up slower,
+    bench/wake_latency), which the difference leaves out. Calls per size: about 0.1 s of pauses
+    per repetition, 8 to 200."""
+    sweep_buf = aligned_buffer(max(sizes))
+    views = {w: sweep_buf[:w:64] for w in sizes}
+    clock = time.perf_counter
+    pause = {}
+    for w in sizes:  # touch the pages, then time one sweep; the pair agrees on the slower one
+        v = views[w]
+        np.add(v, 1, out=v)
+        t0 = clock()
+        np.add(v, 1, out=v)
+        mine = clock() - t0
+        comm.send(mine, dest=other, tag=15)
+        theirs = comm.recv(source=other, tag=15)
+        pause[w] = max(20e-6, 1.5 * max(mine, theirs))
+    be.exchange(buf, sbuf, 8, 20, other)  # warm up
+    t_start = clock()
+    for r in range(reps):
+        if not _go_on(comm, first, other, r, t_start, budget_s):
+            break
+        for w in sizes:
+            v, p = views[w], pause[w]
+            n = int(max(8, min(200, 0.05 / p)))
+            swept, paused = np.empty(n), np.empty(n)
+            for i in range(n):
+                for out, sweep in ((swept, True), (paused, False)):
+                    t0 = clock()
+                    if sweep:
+                        np.add(v, 1, out=v)
+                    while clock() - t0 < p:
+                        pass
+                    t1 = clock()
+                    be.exchange(buf, sbuf, 8, 1, other)
+                    out[i] = clock() - t1
+            mine = (float(np.median(swept)), float(np.median(paused)))
+            comm.send(mine, dest=other, tag=16)
+            theirs = comm.recv(source=other, tag=16)
+            if first:
+                rows.append((placement, "pollution", w, r, (mine[0] + theirs[0]) / 2))
+                rows.append((placement, "pollution_pause", w, r, (mine[1] + theirs[1]) / 2))
+
+
 def _go_on(comm, first, other, rep, t0, budget_s) -> bool:
     """First rank of the pair decides whether another repetition fits the budget."""
     if first:
@@ -670,6 +755,8 @@ def main(argv=None) -> int:
     p.add_argument("--burst-idle-ms", type=float, default=BURST_IDLE_MS,
                    help="silence before each burst message (refills a token bucket of that many ms)")
     p.add_argument("--no-collectives", action="store_true")
+    p.add_argument("--pollution-only", action="store_true",
+                   help="only the pollution test (python -m pmac.calibrate_pollution adds it to an existing profile)")
     p.add_argument("--progress", action="store_true", help="print 'progress FRACTION MESSAGE' lines")
     args = p.parse_args(argv)
     from mpi4py import MPI
@@ -686,7 +773,7 @@ def main(argv=None) -> int:
 
     tables, meta = run(comm, quick=args.quick, node_map=args.node_map, backend=args.backend,
                        batch_ms=args.batch_ms, max_bytes=args.max_bytes, burst_idle_ms=args.burst_idle_ms,
-                       collectives=not args.no_collectives, report=report)
+                       collectives=not args.no_collectives, pollution_only=args.pollution_only, report=report)
     if comm.Get_rank() == 0:
         meta["command"] = " ".join([sys.executable] + sys.argv)
         save(args.out, tables, meta)

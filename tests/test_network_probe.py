@@ -32,6 +32,14 @@ def test_quick_probe_gives_a_sane_link(quick_run):
     assert link.bandwidth_bytes_per_s > 1e8 and -1 < link.fit_r2 <= 1
     assert 0 < link.send_overhead_s < 1e-4 and 0 < link.recv_overhead_s < 1e-4
     assert link.streaming_bandwidth_bytes_per_s > 1e8
+    # the pollution test: every size, both kinds, paired by repetition; the fitted curve costs
+    # something once every cache was swept (64 MiB)
+    pol = pp[pp.test == "pollution"]
+    assert sorted(set(pol.msg_bytes)) == [16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+    assert (pol.groupby("msg_bytes").size() >= 3).all()
+    assert len(pp[pp.test == "pollution_pause"]) == len(pol)
+    assert link.pollution_bytes == tuple(float(x) for x in sorted(set(pol.msg_bytes)))
+    assert link.pollution_excess_s[-1] > 0 and list(link.pollution_excess_s) == sorted(link.pollution_excess_s)
     # every repetition kept; collectives for 1 and 2 ranks
     assert (pp[pp.test == "pingpong"].groupby("msg_bytes").size() >= 5).all()
     ops = {(c.op, c.n_ranks) for c in model.collectives}

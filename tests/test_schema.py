@@ -30,7 +30,7 @@ def test_profile_round_trip(tmp_path):
     save_profile(p, path)
     assert load_profile(path) == p
     text = path.read_text()
-    assert text.startswith("kind: pmac.machine\nschema_version: 5\n")
+    assert text.startswith("kind: pmac.machine\nschema_version: 6\n")
 
 
 def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
@@ -40,7 +40,7 @@ def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
     p = small_profile()
     path = tmp_path / "m1.yaml"
     save_profile(p, path)
-    old = path.read_text().replace("schema_version: 5", "schema_version: 1")
+    old = path.read_text().replace("schema_version: 6", "schema_version: 1")
     assert "schema_version: 1" in old
     (tmp_path / "v1.yaml").write_text(old)
     back = load_profile(tmp_path / "v1.yaml")
@@ -60,7 +60,7 @@ def test_version_2_profile_loads_unshaped(tmp_path):
     assert "shaper_rate_bytes_per_s" in text
     v2 = "".join(line for line in text.splitlines(keepends=True)
                  if "shaper_" not in line and "exchange_excess" not in line)
-    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 5", "schema_version: 2"))
+    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 6", "schema_version: 2"))
     back = load_profile(tmp_path / "v2.yaml")
     links = [ln for ln in (back.network.intra_node, back.network.inter_node) if ln is not None]
     assert back == p and links and not any(ln.shaped for ln in links)
@@ -76,7 +76,7 @@ def test_version_3_profile_loads_without_exchange_excess(tmp_path):
     assert load_profile(tmp_path / "v4.yaml") == p4
     text = (tmp_path / "v4.yaml").read_text()
     v3 = "".join(line for line in text.splitlines(keepends=True) if "exchange_excess_s" not in line)
-    (tmp_path / "v3.yaml").write_text(v3.replace("schema_version: 5", "schema_version: 3"))
+    (tmp_path / "v3.yaml").write_text(v3.replace("schema_version: 6", "schema_version: 3"))
     assert load_profile(tmp_path / "v3.yaml") == p
 
 
@@ -105,6 +105,27 @@ def test_version_4_profile_loads_without_collective_excess(tmp_path):
         load_profile(tmp_path / "bad.yaml")
 
 
+def test_profile_v5_loads_without_pollution_curves_and_v6_keeps_them(tmp_path):
+    """Schema 6 added LinkModel.pollution_bytes / pollution_excess_s (pmac.pollution): a version-5
+    file (no such keys) loads with empty curves (no such cost); a bad curve is a one-line error."""
+    p = small_profile()
+    link = dataclasses.replace(p.network.intra_node, pollution_bytes=(65536.0, 1048576.0),
+                               pollution_excess_s=(1e-6, 3e-6))
+    p6 = dataclasses.replace(p, network=dataclasses.replace(p.network, intra_node=link))
+    save_profile(p6, tmp_path / "v6.yaml")
+    assert load_profile(tmp_path / "v6.yaml") == p6
+    body = read_yaml(tmp_path / "v6.yaml")
+    assert body["network"]["intra_node"]["pollution_excess_s"] == [1e-6, 3e-6]
+    for k in ("pollution_bytes", "pollution_excess_s"):
+        del body["network"]["intra_node"][k]
+    (tmp_path / "v5.yaml").write_text(dump_yaml(dict(body, schema_version=5)))
+    assert load_profile(tmp_path / "v5.yaml") == p
+    body["network"]["intra_node"].update(pollution_bytes=[1.0, 2.0], pollution_excess_s=[3e-6, 1e-6])
+    (tmp_path / "bad.yaml").write_text(dump_yaml(dict(body, schema_version=6)))
+    with pytest.raises(InputError, match="bad.yaml.*non-decreasing"):
+        load_profile(tmp_path / "bad.yaml")
+
+
 def test_floats_without_dot_read_back_as_floats(tmp_path):
     text = dump_yaml({"a": 1e9, "b": 1e-7, "c": 5.0, "d": math.inf})
     assert "1.0e+" in text or "1000000000.0" in text
@@ -126,7 +147,7 @@ def test_unknown_key_is_an_error_naming_file_and_key(tmp_path):
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "new.yaml"
     save_profile(small_profile(), path)
-    path.write_text(path.read_text().replace("schema_version: 5", "schema_version: 99"))
+    path.write_text(path.read_text().replace("schema_version: 6", "schema_version: 99"))
     with pytest.raises(SchemaVersionError, match="newer than this pmac"):
         load_profile(path)
 

@@ -33,6 +33,9 @@ def add_arguments(p):
     p.add_argument("--no-collective-excess", action="store_true",
                    help="price collectives by their algorithm's messages alone, without what the profile's "
                         "2-rank collective probe cost beyond them (pmac.calibrate_collectives)")
+    p.add_argument("--no-pollution", action="store_true",
+                   help="do not charge a call for the caches its burst evicted (pmac.pollution: the profile's "
+                        "links' pollution curves and the signature's reuse histograms)")
     p.add_argument("--per-rank", action="store_true", help="also print each rank's split")
     p.add_argument("--critical-path", action="store_true", help="also print the critical path")
     fmt = p.add_mutually_exclusive_group()
@@ -185,7 +188,8 @@ def run(args) -> int:
             preds.append(predict(sig, usable, ranks_per_node=args.ranks_per_node, burst_source=args.bursts,
                                  contention=args.contention, timeline=bool(args.timeline),
                                  measured_collectives=args.measured_collectives,
-                                 collective_excess=not args.no_collective_excess))
+                                 collective_excess=not args.no_collective_excess,
+                                 pollution=not args.no_pollution))
     if args.json:
         doc = {"predictions": [{"signature": p.signature, "summary": _records(p.summary),
                                 "per_rank": _records(p.per_rank), "critical_path": _records(p.critical_path),

@@ -1,0 +1,132 @@
+"""What an MPI call costs after its compute burst pushed the communication path out of the caches.
+
+A call runs through the MPI library's and the kernel's code and data (queues, socket buffers,
+page tables). Back to back, as the network probe times them, those stay in the caches; after a
+burst that streamed megabytes they must come back from further out. Measured here (the network
+probe's ``pollution`` test, :mod:`probes.network`): an 8-byte exchange after each rank swept W
+bytes, against one after a pause as long; on this project's development VM between two TCP
+namespace nodes +1 us at 64 KiB, +3 us at 1 MiB, +15 us at 16 MiB; in shared memory +0.4, +1.3
+and +5 us.
+
+The link keeps the curve (``LinkModel.pollution_bytes`` / ``pollution_excess_s``). The replay
+charges a call (:func:`event_excess`) what the curve says for what its burst did to each cache
+level:
+
+- the probe's sweep of W bytes evicts every level smaller than W and leaves the others, so the
+  cost of losing level L (and all smaller ones) is ``e(2 S_L)`` and level L alone adds
+  ``a_L = e(2 S_L) - e(2 S_{L-1})`` (:func:`level_costs`; ``e`` interpolated in the curve, 0 at 0);
+- a burst that moved ``M_L`` bytes into level L of size ``S_L`` (its misses there, from its reuse
+  histogram, :func:`burst_fill`) evicted a share ``min(1, M_L / S_L)`` of it (LRU: each miss
+  displaces the oldest line);
+- the call after the burst pays ``sum_L a_L min(1, M_L / S_L)`` on its link (the call's peer's
+  node, or whether its communicator spans nodes); calls with no peer (waits, tests, local calls)
+  pay nothing: the first call after a burst is usually the one that communicates.
+
+Added to the call's start (its messages leave that much later) and counted as communication.
+Needs the signature's memory (reuse histograms per burst), the profile's caches and a link with a
+curve; without them nothing is added. Limits: the probe evicts with both ranks sweeping at once
+and the sizes of the profile's caches are taken as they are listed (a shared level is not split
+between the ranks that share it); the interpreter's own path in an mpi4py program is not in the
+probe (it measures with compiled loops).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .convolve import MAX_CAPACITY_LINES, BurstArrays, edge_position
+from .profile import CacheLevel, LinkModel
+from .trace import Op
+
+_P2P = np.array([int(o) for o in (Op.SEND, Op.SSEND, Op.BSEND, Op.RSEND, Op.RECV, Op.SENDRECV,
+                                  Op.SENDRECV_REPLACE, Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND,
+                                  Op.IRECV, Op.MRECV, Op.IMRECV)])
+_COLL = np.array([o for o in range(int(Op.BARRIER), int(Op.EXSCAN) + 1)]
+                 + [o for o in range(int(Op.IBARRIER), int(Op.IEXSCAN) + 1)])
+#: link codes of :func:`event_links`
+NO_LINK, INTRA, INTER = 0, 1, 2
+
+
+def level_costs(link: LinkModel | None, caches: Sequence[CacheLevel]) -> np.ndarray:
+    """``a_L`` per cache level (seconds): what a call pays once level L has lost the path, the
+    smaller levels' share excluded (module doc); zeros without a curve."""
+    out = np.zeros(len(caches))
+    if link is None or not link.pollution_bytes or not caches:
+        return out
+    w = np.concatenate(([0.0], link.pollution_bytes))
+    e = np.concatenate(([0.0], link.pollution_excess_s))
+    at = np.interp(2.0 * np.array([c.size_bytes for c in caches], np.float64), w, e)
+    return np.diff(np.concatenate(([0.0], at)))
+
+
+def burst_fill(ba: BurstArrays, caches: Sequence[CacheLevel]) -> np.ndarray:
+    """(levels x bursts): the share of each cache level a burst evicted, min(1, bytes it moved into
+    the level / the level's size); the bytes are the burst's accesses that miss a fully
+    associative LRU cache of the level's size (reuse histogram at the line size nearest the
+    level's) times that line size."""
+    out = np.zeros((len(caches), ba.n_bursts))
+    lines = np.array(ba.line_bytes)
+    acc = (ba.loads, ba.stores)
+    for i, c in enumerate(caches):
+        li = int(np.argmin(np.abs(lines - c.line_bytes)))
+        k, f = edge_position(min(c.size_bytes / lines[li], MAX_CAPACITY_LINES))
+        miss = np.zeros(ba.n_bursts)
+        for a in (0, 1):
+            cum = ba.cum[li, a]
+            hit = cum[:, k] + f * (cum[:, k + 1] - cum[:, k])
+            miss += acc[a] * (1.0 - hit)
+        out[i] = np.minimum(1.0, miss * lines[li] / c.size_bytes)
+    return out
+
+
+def event_links(events: pd.DataFrame, node_of_rank: np.ndarray, comms: pd.DataFrame | None) -> np.ndarray:
+    """Per event: :data:`INTER` when it talks to another node (point-to-point: its peer's node;
+    collectives: its communicator spans nodes), :data:`INTRA` when it talks within its node,
+    :data:`NO_LINK` when it has no peer (waits, tests, local calls, MPI_PROC_NULL)."""
+    op = events["op"].to_numpy(np.int64)
+    rank = events["rank"].to_numpy(np.int64)
+    dest = events["dest"].to_numpy(np.int64)
+    source = events["source"].to_numpy(np.int64)
+    node = np.asarray(node_of_rank, np.int64)
+    out = np.full(len(op), NO_LINK, np.int8)
+    p2p = np.isin(op, _P2P)
+    peer = np.where(dest >= 0, dest, source)
+    ok = p2p & (peer >= 0) & (peer < len(node))
+    out[ok] = np.where(node[peer[ok]] != node[rank[ok]], INTER, INTRA)
+    coll = np.isin(op, _COLL)
+    if coll.any():
+        comm = events["comm"].to_numpy(np.int64)
+        spans = {0: len(np.unique(node)) > 1}
+        if comms is not None and len(comms):
+            for c, g in comms.groupby("comm"):
+                members = g["world_rank"].to_numpy(np.int64)
+                members = members[(members >= 0) & (members < len(node))]
+                spans[int(c)] = len(np.unique(node[members])) > 1
+        out[coll] = [INTER if spans.get(int(c), spans[0]) else INTRA for c in comm[coll]]
+    return out
+
+
+def event_excess(events: pd.DataFrame, ba: BurstArrays, caches: Sequence[CacheLevel],
+                 intra: LinkModel | None, inter: LinkModel | None, node_of_rank: np.ndarray,
+                 comms: pd.DataFrame | None = None) -> np.ndarray:
+    """Seconds each event's call pays for its burst's pollution (module doc); 0 where the event
+    has no memory burst (keyed by rank and seq) or no link."""
+    a = np.stack([level_costs(intra, caches), level_costs(inter, caches)])  # (2, levels)
+    per_burst = a @ burst_fill(ba, caches)                                   # (2, bursts)
+    # ranks without a memory trace take a traced rank's bursts, as pmac.predict's convolved bursts do
+    ranks = events["rank"].to_numpy(np.int64)
+    traced = np.unique(ba.rank.astype(np.int64))
+    src = ranks.copy()
+    untraced = ~np.isin(ranks, traced)
+    if len(traced):
+        src[untraced] = traced[ranks[untraced] % len(traced)]
+    key_b = pd.MultiIndex.from_arrays([ba.rank.astype(np.int64), ba.seq.astype(np.int64)])
+    idx = key_b.get_indexer(pd.MultiIndex.from_arrays([src, events["seq"].to_numpy(np.int64)]))
+    link = event_links(events, node_of_rank, comms)
+    out = np.zeros(len(events))
+    ok = (idx >= 0) & (link != NO_LINK)
+    out[ok] = per_burst[link[ok] - 1, idx[ok]]
+    return out
