@@ -4,9 +4,10 @@ A call runs through the MPI library's and the kernel's code and data (queues, so
 page tables). Back to back, as the network probe times them, those stay in the caches; after a
 burst that streamed megabytes they must come back from further out. Measured here (the network
 probe's ``pollution`` test, :mod:`probes.network`): an 8-byte exchange after each rank swept W
-bytes, against one after a pause as long; on this project's development VM between two TCP
-namespace nodes +1 us at 64 KiB, +3 us at 1 MiB, +15 us at 16 MiB; in shared memory +0.4, +1.3
-and +5 us.
+bytes, against one after a pause as long; on this project's development VM (machines/emu-tcp.yaml,
+emu-shm.yaml, ``python bench/emulated_profiles --pollution-only``) between two TCP namespace nodes
++1.3 us after 64 KiB, +2.1 us after 1 MiB, +7.0 us after 16 MiB; in shared memory +0.5, +1.3 and
++3.0 us.
 
 The link keeps the curve (``LinkModel.pollution_bytes`` / ``pollution_excess_s``). The replay
 charges a call (:func:`event_excess`) what the curve says for what its burst did to each cache

@@ -323,16 +323,16 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
                                                           or sig.name in p.overlap.calibrated_on):
             notes.append(f"{p.name}: overlap model calibrated on '{app}' itself: not an independent prediction")
         burst = np.ascontiguousarray(bursts_all[k])
-        x = _pollution_s(sig, ex, ba, p, placement) if pollution else None
-        if x is None and pollution and _has_pollution_curve(p):
+        pol_s = _pollution_s(sig, ex, ba, p, placement) if pollution else None
+        if pol_s is None and pollution and _has_pollution_curve(p):
             notes.append(f"{p.name}: no memory signature (or no caches in the profile): calls after bursts "
                          "that evict the caches are not charged for it (pmac.pollution)")
-        if x is not None:
-            burst = burst + x
+        if pol_s is not None:
+            burst = burst + pol_s
         r = _replay(replayer, burst, placement, p, contention=contention, timeline=timeline,
                     measured_collectives=measured_collectives, collective_excess=collective_excess)
-        if x is not None:  # inside the call, not compute
-            xr = np.bincount(sig_r.events["rank"].to_numpy(np.int64), weights=x, minlength=n)[:n]
+        if pol_s is not None:  # inside the call, not compute
+            xr = np.bincount(sig_r.events["rank"].to_numpy(np.int64), weights=pol_s, minlength=n)[:n]
             r = dataclasses.replace(r, compute_s=r.compute_s - xr, comm_s=r.comm_s + xr)
         notes += [f"{p.name}: {x}" for x in r.notes]
         crit_rank = int(np.argmax(r.finish_s))
