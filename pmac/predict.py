@@ -51,6 +51,7 @@ from .expand import collapse_timeline, expand_for_replay, unreplayed_note
 from .profile import MachineProfile
 from .signature import Signature
 from .trace import Op, op_name
+from .units import format_quantity
 
 BURST_SOURCES = ("auto", "measured", "memory")
 
@@ -334,6 +335,9 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         if pol_s is not None:  # inside the call, not compute
             xr = np.bincount(sig_r.events["rank"].to_numpy(np.int64), weights=pol_s, minlength=n)[:n]
             r = dataclasses.replace(r, compute_s=r.compute_s - xr, comm_s=r.comm_s + xr)
+            if xr.any():
+                notes.append(f"{p.name}: calls after bursts that evicted the caches: "
+                             f"+{format_quantity(float(xr.mean()), 's')} of communication a rank (pmac.pollution)")
         notes += [f"{p.name}: {x}" for x in r.notes]
         crit_rank = int(np.argmax(r.finish_s))
         rows.append(dict(machine=p.name, signature=sig.name, n_ranks=n, ranks_per_node=rpn, n_nodes=n_nodes,
