@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
 from pmac.memsig import BURSTS, LINE_SIZES_BYTES, REUSE, reuse_bin
-from pmac.profile import (CacheLevel, ComputeModel, LinkModel, MachineProfile, MemoryLevel, NetworkModel,
+from pmac.profile import (CacheLevel, ComputeModel, LinkModel, LinkSegment, MachineProfile, MemoryLevel, NetworkModel,
                           NodeModel, OverlapModel)
 from pmac.signature import SignatureHeader, make_signature
 from pmac.trace import NONE, Op
@@ -71,3 +73,18 @@ def pingpong_signature(n_iter=3, msg_bytes=1000, burst_s=1e-3, memory=None, name
     header = SignatureHeader(name=name, n_ranks=2, source_format="synthetic",
                              memory_file="memory.npz" if memory else None)
     return make_signature(header, pd.DataFrame(rows), memory=memory)
+
+
+def small_profile(name="m1"):
+    """A two-cache node and an intra-node link of two segments (the schema tests' round trips)."""
+    node = NodeModel(
+        cpu_model="Test CPU", n_cores=2,
+        caches=(CacheLevel(name="L1", size_bytes=32768, bandwidth_1core_bytes_per_s={"load_unit": 1e11}),
+                CacheLevel(name="L2", size_bytes=1 << 20, ways=16, latency_s=4e-9)),
+        memory=MemoryLevel(latency_s=9e-8, bandwidth_1core_bytes_per_s={"load_unit": 1e10}),
+        compute=ComputeModel(isa="x86-64-v3", flop_per_s_scalar=1e9, flop_per_s_simd=8e9))
+    net = NetworkModel(intra_node=LinkModel(
+        latency_s=1e-7, bandwidth_bytes_per_s=1e10, eager_threshold_bytes=65536,
+        segments=(LinkSegment(min_bytes=0, max_bytes=65536, latency_s=1e-7, bandwidth_bytes_per_s=5e9),
+                  LinkSegment(min_bytes=65536, max_bytes=math.inf, latency_s=2e-6, bandwidth_bytes_per_s=1e10))))
+    return MachineProfile(name=name, node=node, network=net, provenance={"command": "test"})

@@ -12,7 +12,7 @@ from pmac.calibrate_collectives import calibrate_collectives, excess_table
 from pmac.profile import CollectiveCost, NetworkModel
 from pmac.trace import Op
 
-from test_replay import B, L, OR, OS, Trace, link
+from trace_synth import B, L, OR, OS, Trace, link
 
 # a 2-rank allreduce between two nodes (eager, no exchange excess): 8 B is one exchange of
 # recursive doubling (each rank posts, its message arrives OS + L + m/B later, the receive ends
@@ -106,7 +106,7 @@ def test_calibrate_network_sets_the_excess_after_the_exchange_excess():
 def test_the_module_recalibrates_profiles_in_place(tmp_path, capsys):
     from pmac.calibrate_collectives import main
     from pmac.profile import load_profile, save_profile
-    from test_schema import small_profile
+    from synth import small_profile
 
     p = small_profile()
     p = dataclasses.replace(p, network=net_with(row("allreduce", 8, PRICE[8] + 5e-6)))

@@ -5,23 +5,10 @@ import os
 import pytest
 
 from pmac.errors import InputError, SchemaVersionError
-from pmac.profile import (CacheLevel, ComputeModel, LinkModel, LinkSegment, MachineProfile, MemoryLevel,
-                          NetworkModel, NodeModel, combine, load_profile, save_profile)
+from pmac.profile import combine, load_profile, save_profile
 from pmac.schema import dump_yaml, read_yaml
 
-
-def small_profile(name="m1"):
-    node = NodeModel(
-        cpu_model="Test CPU", n_cores=2,
-        caches=(CacheLevel(name="L1", size_bytes=32768, bandwidth_1core_bytes_per_s={"load_unit": 1e11}),
-                CacheLevel(name="L2", size_bytes=1 << 20, ways=16, latency_s=4e-9)),
-        memory=MemoryLevel(latency_s=9e-8, bandwidth_1core_bytes_per_s={"load_unit": 1e10}),
-        compute=ComputeModel(isa="x86-64-v3", flop_per_s_scalar=1e9, flop_per_s_simd=8e9))
-    net = NetworkModel(intra_node=LinkModel(
-        latency_s=1e-7, bandwidth_bytes_per_s=1e10, eager_threshold_bytes=65536,
-        segments=(LinkSegment(min_bytes=0, max_bytes=65536, latency_s=1e-7, bandwidth_bytes_per_s=5e9),
-                  LinkSegment(min_bytes=65536, max_bytes=math.inf, latency_s=2e-6, bandwidth_bytes_per_s=1e10))))
-    return MachineProfile(name=name, node=node, network=net, provenance={"command": "test"})
+from synth import small_profile
 
 
 def test_profile_round_trip(tmp_path):
