@@ -19,6 +19,11 @@ from .schema import sha256_file
 from .table import save_tables
 
 
+def format_curve(w, e) -> str:
+    """'16 KiB +0.49 us, 64 KiB +0.51 us, ...' of a pollution curve."""
+    return ", ".join(f"{x / 1024:g} KiB +{y * 1e6:.2f} us" for x, y in zip(w, e))
+
+
 def add_to_profile(path, records) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
     """Set the pollution curves of the profile at ``path`` from network probe records (e.g.
     ``probes/network.py --pollution-only``): each placement a record measured goes to that link
@@ -57,8 +62,9 @@ def add_to_profile(path, records) -> dict[str, tuple[tuple[float, ...], tuple[fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pmac.calibrate_pollution FILE.yaml --record REC.npz ...``: add the pollution curves measured
-    by ``probes/network.py --pollution-only`` to a machine profile (in place), and print them."""
+    """``python -m pmac.calibrate_pollution FILE.yaml --record REC.npz ...``: add the pollution
+    curves measured by ``probes/network.py --pollution-only`` to a machine profile (in place), and
+    print them."""
     import argparse
     import sys
 
@@ -73,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for placement, (w, e) in sorted(curves.items()):
-        print(f"{args.profile} {placement}: " + ", ".join(f"{x / 1024:g} KiB +{y * 1e6:.2f} us" for x, y in zip(w, e)))
+        print(f"{args.profile} {placement}: {format_curve(w, e)}")
     return 0
 
 
