@@ -132,6 +132,9 @@ class BurstArrays:
     cum: np.ndarray
     #: bursts whose histogram was empty and borrowed the rank's (or the run's) aggregate
     n_borrowed_hist: int = 0
+    #: (line sizes x 2 x bursts): which of the bursts' own sampled histograms (line size, loads /
+    #: stores, burst) were empty, borrowed or not (None: not recorded)
+    unsampled: np.ndarray | None = None
     #: divide and square-root operations (part of the flop); None: not recorded (priced as flop)
     divsqrt: np.ndarray | None = None
     #: FP operations on loop-carried dependency chains; None: not recorded
@@ -197,6 +200,7 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     totals = hist.sum(axis=3)
     empty = totals <= 0
     borrowed = np.zeros(n, dtype=bool)
+    unsampled = empty.copy()
     if empty.any():
         ranks = bursts["rank"].to_numpy()
         for l in range(len(line_sizes)):
@@ -237,7 +241,7 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
         load_bytes=lb, store_bytes=sb, loads=loads, stores=stores,
         flop_scalar=flop_s, flop_simd=flop_v, branches=bursts["branches"].to_numpy(np.float64),
         dep_distance_mean=dep, branch_miss_frac=bmiss, line_bytes=line_sizes, cum=cum,
-        n_borrowed_hist=int(borrowed.sum()), divsqrt=divsqrt, recurrence=recurrence)
+        n_borrowed_hist=int(borrowed.sum()), unsampled=unsampled, divsqrt=divsqrt, recurrence=recurrence)
 
 
 # ---------------------------------------------------------------- machines

@@ -67,7 +67,14 @@ def burst_fill(ba: BurstArrays, caches: Sequence[CacheLevel]) -> np.ndarray:
     """(levels x bursts): the share of each cache level a burst evicted, min(1, bytes it moved into
     the level / the level's size); the bytes are the burst's accesses that miss a fully
     associative LRU cache of the level's size (reuse histogram at the line size nearest the
-    level's) times that line size."""
+    level's) times that line size.
+
+    Accesses of a kind (loads, stores) whose own sampled histogram was empty (``ba.unsampled``;
+    the convolver borrows the rank's) evicted nothing here: the memory tracer samples by address (a
+    hash of the line), so an empty sample means the burst touched few distinct lines of that kind
+    (at 1/16, 46 lines or fewer leave no sample one time in twenty), whatever its access count;
+    the borrowed histogram would charge a spin loop calling MPI_Wtime 39,000 times as if it
+    streamed (bench/pollution_check)."""
     out = np.zeros((len(caches), ba.n_bursts))
     lines = np.array(ba.line_bytes)
     acc = (ba.loads, ba.stores)
@@ -78,7 +85,10 @@ def burst_fill(ba: BurstArrays, caches: Sequence[CacheLevel]) -> np.ndarray:
         for a in (0, 1):
             cum = ba.cum[li, a]
             hit = cum[:, k] + f * (cum[:, k + 1] - cum[:, k])
-            miss += acc[a] * (1.0 - hit)
+            m = acc[a] * (1.0 - hit)
+            if ba.unsampled is not None:
+                m = np.where(ba.unsampled[li, a], 0.0, m)
+            miss += m
         out[i] = np.minimum(1.0, miss * lines[li] / c.size_bytes)
     return out
 

@@ -91,6 +91,21 @@ def test_burst_fill_is_the_misses_over_the_level_size():
     fill = burst_fill(burst_arrays(_one_burst_memory(n_loads=200, n_stores=100, distance=1000)), caches)
     assert fill[0] == pytest.approx(300 * 64 / 32768, rel=1e-6)
     assert fill[1] == pytest.approx(0.0, abs=1e-9)
+    # a burst with no sampled access (address sampling: it touched few lines) borrows its rank's
+    # histogram for the convolver but evicts nothing here, whatever its access count
+    mem = _one_burst_memory()
+    mem["reuse"] = mem["reuse"][~((mem["reuse"]["rank"] == 0) & (mem["reuse"]["seq"] == 2))]
+    ba = burst_arrays(mem)
+    assert ba.n_borrowed_hist == 1 and ba.unsampled[0, 0].tolist() == [False, True, False, False, False, False]
+    fill = burst_fill(ba, caches)
+    assert fill[:, 1].tolist() == [0.0, 0.0] and fill[0, 0] == pytest.approx(1.0)
+    # loads sampled, stores never (no store histogram anywhere, nothing to borrow): the stores
+    # count nothing, the loads what they moved
+    mem = _one_burst_memory(n_loads=1000, n_stores=5000)
+    mem["reuse"] = mem["reuse"][mem["reuse"]["access"] == 0]
+    ba = burst_arrays(mem)
+    assert ba.unsampled[0, 1].all() and not ba.unsampled[0, 0].any()
+    assert burst_fill(ba, caches)[1] == pytest.approx(64000 / 1048576, rel=1e-6)
 
 
 def test_event_links_follow_the_peer_and_the_communicator():
