@@ -116,7 +116,8 @@ def event_links(events: pd.DataFrame, node_of_rank: np.ndarray, comms: pd.DataFr
                 members = g["world_rank"].to_numpy(np.int64)
                 members = members[(members >= 0) & (members < len(node))]
                 spans[int(c)] = len(np.unique(node[members])) > 1
-        out[coll] = [INTER if spans.get(int(c), spans[0]) else INTRA for c in comm[coll]]
+        ids, inv = np.unique(comm[coll], return_inverse=True)
+        out[coll] = np.array([INTER if spans.get(int(c), spans[0]) else INTRA for c in ids], np.int8)[inv]
     return out
 
 
