@@ -69,20 +69,36 @@ def timed_compute_s(events: pd.DataFrame) -> float:
     return worst
 
 
+def _region_s(frame: pd.DataFrame, barrier, reduce, start: str, end: str, strict: bool) -> float:
+    """Max over ranks of (``start`` of the last ``reduce`` call) - (``end`` of the first
+    ``barrier`` call): an example program's timed region (examples/cases.py). A rank without
+    either call: InputError when ``strict``, else left out (0 when none has both)."""
+    worst = 0.0
+    for _, g in frame.groupby("rank"):
+        ops = g["op"].to_numpy()
+        b = np.flatnonzero(ops == barrier)
+        r = np.flatnonzero(ops == reduce)
+        if not (len(b) and len(r)):
+            if strict:
+                raise InputError("the timeline lacks the BARRIER / REDUCE around the timed region")
+            continue
+        worst = max(worst, float(g[start].iloc[r[-1]] - g[end].iloc[b[0]]))
+    return worst
+
+
+def timeline_region_s(timeline: pd.DataFrame) -> float:
+    """The timed region of an example program in a predicted timeline (pmac.predict with
+    ``timeline=True``: op names, ``start_s`` / ``end_s``); what bench/accuracy and
+    bench/validate_emulated compare with the program's own ``wall_s``."""
+    return _region_s(timeline, "BARRIER", "REDUCE", "start_s", "end_s", strict=True)
+
+
 def traced_region_s(events: pd.DataFrame) -> float:
-    """The timed region of an example program as its traced run measured it: max over ranks of
-    (start of the last REDUCE) - (end of the first BARRIER), from the trace's own timestamps (as
-    bench/validate_emulated cuts the predicted timeline); 0 when a rank lacks either call.
+    """The timed region of an example program as its traced run measured it, from the trace's
+    own timestamps (op codes, ``t_start_s`` / ``t_end_s``); 0 when no rank has both calls.
 
     The traced run against the untraced runs of the same host is the host's run-to-run noise,
     no model involved (bench/validate_emulated prints it as the noise floor)."""
     from .trace import Op
 
-    worst = 0.0
-    for _, g in events.groupby("rank"):
-        ops = g["op"].to_numpy()
-        b = np.flatnonzero(ops == int(Op.BARRIER))
-        r = np.flatnonzero(ops == int(Op.REDUCE))
-        if len(b) and len(r):
-            worst = max(worst, float(g["t_start_s"].iloc[r[-1]] - g["t_end_s"].iloc[b[0]]))
-    return worst
+    return _region_s(events, int(Op.BARRIER), int(Op.REDUCE), "t_start_s", "t_end_s", strict=False)

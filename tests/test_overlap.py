@@ -139,3 +139,16 @@ def test_traced_region_s_is_the_max_over_ranks_from_first_barrier_end_to_last_re
     assert traced_region_s(ev) == pytest.approx(6.5)
     assert traced_region_s(ev[ev["rank"] == 0]) == pytest.approx(5.0)
     assert traced_region_s(ev[ev["op"] != int(Op.BARRIER)]) == 0.0
+
+
+def test_timeline_region_s_cuts_a_predicted_timeline_and_says_when_it_cannot():
+    """pmac.validate.timeline_region_s (bench/accuracy, bench/validate_emulated): the same region
+    on pmac.predict's timeline (op names, start_s / end_s); a rank without the calls is an error."""
+    from pmac.errors import InputError
+    from pmac.validate import timeline_region_s
+
+    tl = pd.DataFrame(dict(rank=[0, 0, 0, 1, 1, 1], op=["BARRIER", "SEND", "REDUCE", "BARRIER", "RECV", "REDUCE"],
+                           start_s=[0.0, 1.0, 4.0, 0.0, 1.0, 6.0], end_s=[0.5, 2.0, 4.5, 1.5, 2.0, 6.5]))
+    assert timeline_region_s(tl) == pytest.approx(4.5)   # rank 1: 6.0 - 1.5; rank 0: 4.0 - 0.5
+    with pytest.raises(InputError, match="lacks the BARRIER / REDUCE"):
+        timeline_region_s(tl[~((tl["rank"] == 1) & (tl["op"] == "REDUCE"))])
