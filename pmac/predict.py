@@ -147,13 +147,17 @@ def _replay(replayer, burst_s: np.ndarray, placement: np.ndarray, profile: Machi
                      notes=tuple(notes))
 
 
+def has_memory(sig: Signature) -> bool:
+    """Does the signature carry a memory signature with bursts."""
+    return bool(sig.memory) and "bursts" in sig.memory and len(sig.memory["bursts"]) > 0
+
+
 def resolve_burst_source(sig: Signature, burst_source: str = "auto") -> str:
     if burst_source not in BURST_SOURCES:
         raise InputError(f"burst source must be one of {', '.join(BURST_SOURCES)}, got '{burst_source}'")
-    has_memory = bool(sig.memory) and "bursts" in sig.memory and len(sig.memory["bursts"]) > 0
     if burst_source == "auto":
-        return "memory" if has_memory else "measured"
-    if burst_source == "memory" and not has_memory:
+        return "memory" if has_memory(sig) else "measured"
+    if burst_source == "memory" and not has_memory(sig):
         raise MissingSectionError(f"signature '{sig.name}'", "memory.bursts", path=sig.path,
                                   needed_by="predict --bursts memory (trace it with pmac trace --memory)")
     if burst_source == "measured" and sig.header.burst_source != "measured":
@@ -279,8 +283,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
     rpns = [ranks_per_node_for(p, ranks_per_node) for p in profiles]
     n = sig.n_ranks
     ev = sig.events
-    has_memory = bool(sig.memory) and "bursts" in sig.memory and len(sig.memory["bursts"]) > 0
-    ba = burst_arrays(sig.memory) if has_memory and (src == "memory" or pollution) else None
+    ba = burst_arrays(sig.memory) if has_memory(sig) and (src == "memory" or pollution) else None
     if src == "memory":
         bursts_all, diag = memory_burst_times(sig, profiles, [min(r, n) for r in rpns], ba)
         if diag["n_untraced_ranks"]:
