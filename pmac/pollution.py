@@ -40,13 +40,12 @@ import pandas as pd
 
 from .convolve import MAX_CAPACITY_LINES, BurstArrays, edge_position
 from .profile import CacheLevel, LinkModel
-from .trace import Op
+from .trace import COLLECTIVE_OPS, RECV_OPS, SEND_OPS, Op
 
-_P2P = np.array([int(o) for o in (Op.SEND, Op.SSEND, Op.BSEND, Op.RSEND, Op.RECV, Op.SENDRECV,
-                                  Op.SENDRECV_REPLACE, Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND,
-                                  Op.IRECV, Op.MRECV, Op.IMRECV)])
-_COLL = np.array([o for o in range(int(Op.BARRIER), int(Op.EXSCAN) + 1)]
-                 + [o for o in range(int(Op.IBARRIER), int(Op.IEXSCAN) + 1)])
+#: calls that talk to one peer (the persistent inits do not; their Starts are replayed as these)
+_P2P = np.array(sorted(int(o) for o in (SEND_OPS | RECV_OPS | {Op.SENDRECV, Op.SENDRECV_REPLACE})
+                       - {Op.SEND_INIT, Op.RECV_INIT}))
+_COLL = np.array(sorted(int(o) for o in COLLECTIVE_OPS))
 #: link codes of :func:`event_links`
 NO_LINK, INTRA, INTER = 0, 1, 2
 
