@@ -283,7 +283,9 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
     rpns = [ranks_per_node_for(p, ranks_per_node) for p in profiles]
     n = sig.n_ranks
     ev = sig.events
-    ba = burst_arrays(sig.memory) if has_memory(sig) and (src == "memory" or pollution) else None
+    # the bursts as arrays: for the convolver, and for the pollution where a profile has its curves
+    want_ba = src == "memory" or (pollution and any(_has_pollution_curve(p) for p in profiles))
+    ba = burst_arrays(sig.memory) if has_memory(sig) and want_ba else None
     if src == "memory":
         bursts_all, diag = memory_burst_times(sig, profiles, [min(r, n) for r in rpns], ba)
         if diag["n_untraced_ranks"]:
