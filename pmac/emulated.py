@@ -343,7 +343,11 @@ def _signals_raise() -> Iterator[None]:
         yield
     finally:
         for s, h in old.items():
-            signal.signal(s, h)
+            # None: the old handler was not installed from Python (e.g. pmac's tracer shim, when
+            # ``pmac trace`` runs this launcher); Python cannot put it back, so ours stays (it
+            # exits through SystemExit, so atexit handlers such as the shim's flush still run)
+            if h is not None:
+                signal.signal(s, h)
 
 
 @contextlib.contextmanager
@@ -564,7 +568,8 @@ def assemble_networks(variants, done: dict[tuple[str, str], tuple]) -> dict[str,
 
 
 def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, quick: bool, workdir: str | Path,
-                           progress=None, timeout_s: float | None = None, reuse: bool = False) -> dict[str, tuple]:
+                           progress=None, timeout_s: float | None = None, reuse: bool = False,
+                           rounds: int = 1) -> dict[str, tuple]:
     """Measure the network of every variant with pmac's network probe (two ranks per run).
 
     Returns ``{name: (NetworkModel, raw tables, {record: quick})}``. Shared memory: two ranks on the host
@@ -573,20 +578,39 @@ def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, qui
     as MPIR_CVAR_NOLOCAL makes it; no tbf there, so measured once for all TCP variants).
     Each run keeps its probe record in ``workdir/<variant>-<what>/network.npz``; ``reuse`` fits
     existing records again instead of measuring (no cluster is built then).
+
+    ``rounds`` > 1: every variant is probed once a round, the variants in turn, and each is fitted
+    on the repetitions of all rounds (:func:`pool_probes`; records in ``workdir/<round>/...``).
+    Why: the variants share one host whose speed drifts for minutes (this 2-vCPU VM: the same
+    back-to-back 8 B loop over TCP took 52 and 83 us an iteration ten minutes apart), so variants
+    probed one after the other differ by the host's state as much as by their links; in turns,
+    each sees the same spells, as the measured runs of bench/validate_emulated do.
     """
     from .probe_network import model_from_record, read_record
 
+    if rounds < 1:
+        raise ValueError("rounds must be >= 1")
     progress = progress or (lambda f, m: None)
     workdir = Path(workdir)
     runs = probe_runs(variants)
+    dirs = [workdir] if rounds == 1 else [workdir / str(k) for k in range(rounds)]
     if reuse:
-        done = {}
-        for v, what in runs:
-            tables, meta = read_record(workdir / f"{v.name}-{what}" / "network.npz")
-            done[(v.name, what)] = (model_from_record(tables, meta), tables, bool(meta.get("quick", quick)))
+        done_rounds = []
+        for d in dirs:
+            one = {}
+            for v, what in runs:
+                tables, meta = read_record(d / f"{v.name}-{what}" / "network.npz")
+                one[(v.name, what)] = (model_from_record(tables, meta), tables, bool(meta.get("quick", quick)))
+            done_rounds.append(one)
     else:
+        done_rounds = []
         with variant_switch(variants) as sw:
-            done = probe_with_switch(sw, runs, quick=quick, workdir=workdir, progress=progress, timeout_s=timeout_s)
+            for k, d in enumerate(dirs):
+                def sub(f, m, k=k):
+                    progress((k + f) / rounds, m if rounds == 1 else f"round {k + 1}/{rounds}: {m}")
+                done_rounds.append(probe_with_switch(sw, runs, quick=quick, workdir=d, progress=sub,
+                                                     timeout_s=timeout_s))
+    done = done_rounds[0] if rounds == 1 else pool_probes(done_rounds)
     out = assemble_networks(variants, done)
     progress(1.0, "done")
     return out

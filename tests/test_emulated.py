@@ -165,6 +165,30 @@ def test_bench_script_runs_and_tears_down_on_sigterm(tmp_path):
         E.remove_all()
 
 
+@pytest.mark.requires("netns", "mpi")
+def test_trace_a_job_across_the_cluster(tmp_path):
+    """``pmac trace -- bench/emulated_cluster -- PROGRAM``: the tracer's shim is preloaded into the
+    launcher too and installs C signal handlers, which Python cannot put back (signal.signal
+    returns None for them); the teardown used to fail there with a TypeError, exit code 1."""
+    prog = tmp_path / "xchg.py"
+    prog.write_text("import numpy as np\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
+                    "a = np.zeros(4); b = np.zeros(4)\nc.Barrier()\n"
+                    "for _ in range(5):\n    c.Sendrecv(a, 1 - c.rank, 0, b, 1 - c.rank, 0)\n")
+    sig = tmp_path / "sig"
+    r = subprocess.run([sys.executable, "-m", "pmac", "trace", "-o", str(sig), "--", sys.executable,
+                        str(REPO / "bench" / "emulated_cluster"), "--nodes", "2", "--", sys.executable, str(prog)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "rank -> node: 0:pmacemu-n0, 1:pmacemu-n1" in r.stderr
+    from pmac.signature import load_signature
+    from pmac.trace import Op
+
+    ev = load_signature(sig, with_memory=False).events
+    per_rank = ev[ev.op == int(Op.SENDRECV)].groupby("rank").size().to_dict()
+    assert per_rank == {0: 5, 1: 5}
+    assert E.list_namespaces() == [] and E.list_links() == []
+
+
 def test_variants_and_launchers():
     names = [v.name for v in E.VARIANTS]
     assert names == ["emu-shm", "emu-tcp", "emu-tcp-1gbit", "emu-tcp-200mbit", "emu-tcp-20mbit"]
@@ -266,40 +290,79 @@ def test_shipped_variant_profiles():
     assert t["emu-tcp"] < t["emu-tcp-1gbit"] < t["emu-tcp-200mbit"] < t["emu-tcp-20mbit"]
 
 
-def test_probe_rounds_pool_into_one_fit():
-    """bench/validate_emulated --probe-each-round: pooling rounds refits on every repetition. The
-    shipped emu-tcp-200mbit record split in two "rounds" (alternate rows) pools back to the fit of
-    the whole record; either round alone fits differently (fewer repetitions per size)."""
+def _numbers(link):
+    """Every number of a link model, flattened (to compare two fits)."""
     import dataclasses
 
-    import numpy as np
-    import pandas as pd
+    out = []
+    for v in dataclasses.asdict(link).values():
+        for x in (v if isinstance(v, (tuple, list)) else (v,)):
+            out += list(x.values()) if isinstance(x, dict) else [x]
+    return [float(x) for x in out if isinstance(x, (int, float)) and x is not None]
 
+
+def _shipped_record_in_halves():
+    """The shipped emu-tcp-200mbit probe rows, their fit, and the rows split in two (alternate rows)."""
     from pmac.probe_network import model_from_record
     from pmac.profile import RAW_TABLES, load_profile
     from pmac.table import load_tables
 
-    machines = Path(__file__).resolve().parents[1] / "machines"
-    prof = load_profile(machines / "emu-tcp-200mbit.yaml")
-    tables = {k: v for k, v in load_tables(machines / prof.raw_file, RAW_TABLES).items()
+    prof = load_profile(REPO / "machines" / "emu-tcp-200mbit.yaml")
+    tables = {k: v for k, v in load_tables(REPO / "machines" / prof.raw_file, RAW_TABLES).items()
               if k in ("pingpong", "collective")}
     meta = {"mpi_library": prof.network.mpi_library}
-    whole = model_from_record(tables, meta)
     halves = [{k: v.iloc[i::2].reset_index(drop=True) for k, v in tables.items()} for i in (0, 1)]
+    return tables, halves, model_from_record(tables, meta), meta
+
+
+def test_probe_rounds_pool_into_one_fit():
+    """bench/validate_emulated --probe-each-round: pooling rounds refits on every repetition. The
+    shipped emu-tcp-200mbit record split in two "rounds" (alternate rows) pools back to the fit of
+    the whole record; either round alone fits differently (fewer repetitions per size)."""
+    import numpy as np
+    import pandas as pd
+
+    from pmac.probe_network import model_from_record
+
+    tables, halves, whole, meta = _shipped_record_in_halves()
     rounds = [{("emu-tcp-200mbit", "inter"): (model_from_record(h, meta), h, True)} for h in halves]
     pooled = E.pool_probes(rounds)[("emu-tcp-200mbit", "inter")]
     assert pooled[2] is True
     assert sum(len(h["pingpong"]) for h in halves) == len(pooled[1]["pingpong"]) == len(tables["pingpong"])
-    def numbers(link):
-        out = []
-        for v in dataclasses.asdict(link).values():
-            for x in (v if isinstance(v, (tuple, list)) else (v,)):
-                out += list(x.values()) if isinstance(x, dict) else [x]
-        return [float(x) for x in out if isinstance(x, (int, float)) and x is not None]
-
-    np.testing.assert_allclose(numbers(pooled[0].inter_node), numbers(whole.inter_node), rtol=1e-9)
-    assert len(numbers(whole.inter_node)) > 20
+    np.testing.assert_allclose(_numbers(pooled[0].inter_node), _numbers(whole.inter_node), rtol=1e-9)
+    assert len(_numbers(whole.inter_node)) > 20
     assert pooled[0].inter_node.shaped and pooled[0].inter_node.shaper_rate_bytes_per_s == pytest.approx(
         whole.inter_node.shaper_rate_bytes_per_s)
-    assert any(numbers(r[k][0].inter_node) != numbers(whole.inter_node) for r in rounds for k in r)
+    assert any(_numbers(r[k][0].inter_node) != _numbers(whole.inter_node) for r in rounds for k in r)
     assert isinstance(pooled[1]["collective"], pd.DataFrame)
+
+
+def test_probe_variant_networks_pools_its_rounds(tmp_path):
+    """bench/emulated_profiles --rounds K: records of round k in workdir/k/<variant>-<what>/, each
+    variant fitted on all rounds (here refitted from records: reuse=True, no cluster)."""
+    import json
+
+    import numpy as np
+
+    from pmac.profile import RAW_TABLES
+    from pmac.table import save_tables
+
+    _, halves, whole, _ = _shipped_record_in_halves()
+    v = E.variant("emu-tcp-200mbit")
+    for k, h in enumerate(halves):
+        for what in ("tcp-intra", "inter"):
+            path = tmp_path / str(k) / f"{v.name}-{what}" / "network.npz"
+            path.parent.mkdir(parents=True)
+            save_tables(path, h, {t: RAW_TABLES[t] for t in h})
+            with np.load(path) as z:
+                arrays = dict(z)
+            arrays["meta/json"] = np.array(json.dumps({"mpi_library": whole.mpi_library, "quick": False}))
+            np.savez(path, **arrays)
+    nets = E.probe_variant_networks([v], quick=False, workdir=tmp_path, reuse=True, rounds=2)
+    model, pooled_tables, quick = nets[v.name]
+    np.testing.assert_allclose(_numbers(model.inter_node), _numbers(whole.inter_node), rtol=1e-9)
+    assert quick == {f"{v.name}-tcp-intra": False, f"{v.name}-inter": False}
+    with pytest.raises(InputError, match=r"/2/emu-tcp-200mbit-tcp-intra/network.npz: no such file"):
+        E.probe_variant_networks([v], quick=False, workdir=tmp_path, reuse=True, rounds=3)
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        E.probe_variant_networks([v], quick=False, workdir=tmp_path, rounds=0)
