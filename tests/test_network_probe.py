@@ -175,3 +175,36 @@ def test_probe_script_stands_alone():
     assert top <= {"__future__", "argparse", "json", "os", "sys", "time", "numpy"}, top
     assert not any(isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("pmac")
                    for n in ast.walk(tree))
+
+
+@pytest.mark.requires("mpi")
+def test_bench_call_interplay_measures_lateness():
+    """bench/call_interplay part 1: the early rank of an exchange waits for the late one, so their
+    call times differ by about the lateness D (32 us here); part 2 prints a row per sweep size;
+    part 3's extra is its three loops' difference."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from pmac.mpi import find_mpi, launch_command, mpi_env
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "call_interplay"
+    cmd = launch_command(2, [sys.executable, str(script), "--iters", "60", "--rounds", "1"], mpi=find_mpi())
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=mpi_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {(m[0], int(m[1])): (float(m[2]), float(m[3]))
+            for m in re.findall(r"^\s*(exchange|allreduce)\s+(\d+)\s+([\d.]+)\s+([\d.]+)", r.stdout, re.M)}
+    assert len(rows) == 12
+    for call in ("exchange", "allreduce"):
+        early, late = rows[(call, 32)]
+        assert 20.0 < early - late < 48.0, r.stdout
+    sweeps = re.findall(r"^\s*(\d+)\s+[\d.]+\s+[\d.]+\s+[+-][\d.]+\s+[+-][\d.]+$", r.stdout, re.M)
+    assert [int(w) for w in sweeps] == [4, 16, 64, 256, 1024]
+    part3 = dict(re.findall(r"^\s*(numba|mpi4py|mpi4py COMM_SELF|extra)\s+([+-]?[\d.]+)", r.stdout, re.M))
+    assert set(part3) == {"numba", "mpi4py", "mpi4py COMM_SELF", "extra"}
+    assert float(part3["extra"]) == pytest.approx(float(part3["mpi4py"]) - float(part3["numba"])
+                                                  - float(part3["mpi4py COMM_SELF"]), abs=0.011)
+    one = launch_command(1, [sys.executable, str(script)], mpi=find_mpi())
+    r1 = subprocess.run(one, capture_output=True, text=True, timeout=120, env=mpi_env())
+    assert r1.returncode == 2 and "exactly 2 ranks" in r1.stderr
