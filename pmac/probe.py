@@ -208,6 +208,13 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
         raise InputError(f"invalid machine name {name!r} (a plain file name, no '/')")
     out_dir = Path(out_dir)
     yaml_path = out_dir / f"{name}.yaml"
+    # before minutes of probing: a directory the profile cannot be written to fails now
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the output directory: {exc.strerror}", path=out_dir) from None
+    if not os.access(out_dir, os.W_OK):
+        raise InputError("the output directory is not writable", path=out_dir)
     t0 = time.monotonic()
     warnings: list[str] = []
     net_model, net_raw, net_note = None, {}, None

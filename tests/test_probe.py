@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -154,6 +155,26 @@ def test_cli_rejects_bad_name(capsys, tmp_path):
     assert err == ["pmac probe: error: invalid machine name 'a/b' (a plain file name, no '/')"]
     with pytest.raises(InputError):
         run_probe("", quick=True, out_dir=tmp_path)
+
+
+def test_cli_rejects_an_unusable_output_directory_before_probing(capsys, tmp_path):
+    """A directory the profile cannot be written to fails at once, not after minutes of probing
+    (it used to end the whole probe with a NotADirectoryError)."""
+    import time
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    t0 = time.monotonic()
+    assert main(["probe", "--name", "x", "--out-dir", str(afile / "sub")]) == 2
+    assert time.monotonic() - t0 < 10  # nothing was probed (a quick probe takes a minute or two)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pmac probe: error: {afile / 'sub'}: cannot create the output directory: Not a directory"]
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        assert main(["probe", "--name", "x", "--out-dir", str(ro)]) == 2
+        assert "the output directory is not writable" in capsys.readouterr().err
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["afile"] + (["ro"] if os.geteuid() != 0 else [])
 
 
 def test_all_cores_kernel_counts_every_core():
