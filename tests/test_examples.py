@@ -248,3 +248,26 @@ def test_shipped_signature_matches_the_program(case):
     assert (ev["burst_s"] >= 0).all() and (ev["t_end_s"] >= ev["t_start_s"]).all()
     for _, g in ev.groupby("rank"):
         assert g["seq"].tolist() == list(range(len(g)))
+
+
+@pytest.mark.requires("mpi")
+def test_bench_accuracy_probe_now_fails_cleanly_after_saving_the_runs(built, tmp_path):
+    """bench/accuracy --probe-now DIR: the native runs are saved first; a probe that cannot write
+    its profile ends the script with pmac probe's own one-line error (exit 2), not a traceback."""
+    import json
+
+    bench = [sys.executable, str(EX.parent / "bench" / "accuracy")]
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    saved = tmp_path / "runs.json"
+    r = subprocess.run(bench + ["--reps", "1", "--only", "nbody-n2-4096", "--no-state", "--save", str(saved),
+                                "--probe-now", str(afile / "sub")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"accuracy: pmac probe failed (exit 2): pmac probe: error: {afile / 'sub'}: cannot create the output "
+        "directory: Not a directory")
+    walls = json.loads(saved.read_text())
+    assert list(walls) == ["nbody-n2-4096"] and len(walls["nbody-n2-4096"]) == 1 and walls["nbody-n2-4096"][0] > 0
+    r = subprocess.run(bench + ["--measured", str(saved), "--probe-now", str(tmp_path)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--probe-now probes during a measurement" in r.stderr
