@@ -152,3 +152,30 @@ def test_timeline_region_s_cuts_a_predicted_timeline_and_says_when_it_cannot():
     assert timeline_region_s(tl) == pytest.approx(4.5)   # rank 1: 6.0 - 1.5; rank 0: 4.0 - 0.5
     with pytest.raises(InputError, match="lacks the BARRIER / REDUCE"):
         timeline_region_s(tl[~((tl["rank"] == 1) & (tl["op"] == "REDUCE"))])
+
+
+def test_calibrate_overlap_by_call_table():
+    """bench/calibrate_overlap --by-call: medians per case and ending call, by hand."""
+    import runpy
+    from pathlib import Path
+
+    import pandas as pd
+
+    from pmac.trace import Op
+
+    by_call = runpy.run_path(str(Path(__file__).resolve().parents[1] / "bench" / "calibrate_overlap"),
+                             run_name="bench")["by_call"]
+    us = 1e-6
+    samples = pd.DataFrame(dict(app="a", case="c", rank=[0, 0, 1], seq=[1, 2, 1],
+                                memory_s=[1 * us, 3 * us, 5 * us], compute_s=[2 * us, 1 * us, 5 * us],
+                                measured_s=[2.5 * us, 4 * us, 9 * us]))
+    ops = {"c": pd.DataFrame(dict(rank=[0, 0, 1], seq=[1, 2, 1],
+                                  op=[int(Op.ALLREDUCE), int(Op.ALLREDUCE), int(Op.SENDRECV)]))}
+    t = by_call(samples, ops, 0.5).set_index("call")
+    assert t.loc["ALLREDUCE", "bursts"] == 2 and t.loc["SENDRECV", "bursts"] == 1
+    a = t.loc["ALLREDUCE"]
+    assert a["traced_us"] == pytest.approx(3.25) and a["memory_us"] == pytest.approx(2.0)
+    assert a["compute_us"] == pytest.approx(1.5)
+    assert a["overlap_us"] == pytest.approx(3.0)   # max + 0.5 min: 2.5 and 3.5
+    assert a["sum_us"] == pytest.approx(3.5)       # 3 and 4
+    assert t.loc["SENDRECV", "overlap_us"] == pytest.approx(7.5) and t.loc["SENDRECV", "sum_us"] == pytest.approx(10)
