@@ -567,6 +567,21 @@ def assemble_networks(variants, done: dict[tuple[str, str], tuple]) -> dict[str,
     return out
 
 
+def read_probe_rounds(dirs, runs, quick: bool = True) -> list[dict[tuple[str, str], tuple]]:
+    """The probe records of :func:`probe_with_switch` rounds kept in ``dirs`` (one folder a round,
+    ``<variant>-<what>/network.npz`` inside), fitted again: what :func:`pool_probes` takes."""
+    from .probe_network import model_from_record, read_record
+
+    out = []
+    for d in dirs:
+        one = {}
+        for v, what in runs:
+            tables, meta = read_record(Path(d) / f"{v.name}-{what}" / "network.npz")
+            one[(v.name, what)] = (model_from_record(tables, meta), tables, bool(meta.get("quick", quick)))
+        out.append(one)
+    return out
+
+
 def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, quick: bool, workdir: str | Path,
                            progress=None, timeout_s: float | None = None, reuse: bool = False,
                            rounds: int = 1) -> dict[str, tuple]:
@@ -586,8 +601,6 @@ def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, qui
     probed one after the other differ by the host's state as much as by their links; in turns,
     each sees the same spells, as the measured runs of bench/validate_emulated do.
     """
-    from .probe_network import model_from_record, read_record
-
     if rounds < 1:
         raise ValueError("rounds must be >= 1")
     progress = progress or (lambda f, m: None)
@@ -595,13 +608,7 @@ def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, qui
     runs = probe_runs(variants)
     dirs = [workdir] if rounds == 1 else [workdir / str(k) for k in range(rounds)]
     if reuse:
-        done_rounds = []
-        for d in dirs:
-            one = {}
-            for v, what in runs:
-                tables, meta = read_record(d / f"{v.name}-{what}" / "network.npz")
-                one[(v.name, what)] = (model_from_record(tables, meta), tables, bool(meta.get("quick", quick)))
-            done_rounds.append(one)
+        done_rounds = read_probe_rounds(dirs, runs, quick)
     else:
         done_rounds = []
         with variant_switch(variants) as sw:
