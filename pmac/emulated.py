@@ -597,7 +597,8 @@ def probe_variant_networks(variants: tuple[Variant, ...] | list[Variant], *, qui
     ``rounds`` > 1: every variant is probed once a round, the variants in turn, and each is fitted
     on the repetitions of all rounds (:func:`pool_probes`; records in ``workdir/<round>/...``).
     Why: the variants share one host whose speed drifts for minutes (this 2-vCPU VM: the same
-    back-to-back 8 B loop over TCP took 52 and 83 us an iteration ten minutes apart), so variants
+    back-to-back 8 B allreduce over TCP took 19.9 and 12.8 us a call in two runs of
+    bench/call_interplay minutes apart, 24 Nov 00:06), so variants
     probed one after the other differ by the host's state as much as by their links; in turns,
     each sees the same spells, as the measured runs of bench/validate_emulated do.
     """
