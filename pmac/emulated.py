@@ -40,6 +40,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -156,21 +157,43 @@ def remove_all(prefix: str = PREFIX) -> list[str]:
     return removed
 
 
+def _lock_holder(fd: int) -> str:
+    """What the holder wrote into the lock file: "pid N: command" (or "unknown")."""
+    try:
+        text = os.pread(fd, 512, 0).decode(errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "unknown"
+
+
 @contextlib.contextmanager
-def _host_lock(timeout_s: float) -> Iterator[None]:
-    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+def _host_lock(timeout_s: float, lock_file: Path | None = None) -> Iterator[None]:
+    """One emulated cluster per host at a time: an exclusive flock on ``lock_file`` (default
+    :data:`LOCK_FILE`), held while the cluster lives. The holder writes its pid and command into
+    the file, so a second caller says on stderr whom it waits for (a stuck job of the first can
+    otherwise keep it waiting silently for ``timeout_s``) and names it in the timeout error."""
+    lock_file = lock_file or LOCK_FILE
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + timeout_s
+        told = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise PmacError(f"another emulated cluster holds {LOCK_FILE} "
-                                    f"(waited {timeout_s:.0f} s)") from None
+                    raise PmacError(f"another emulated cluster holds {lock_file} ({_lock_holder(fd)}; "
+                                    f"waited {timeout_s:.0f} s)") from None
+                if not told:
+                    print(f"pmac: waiting up to {timeout_s:.0f} s for the emulated cluster of "
+                          f"{_lock_holder(fd)} ({lock_file})", file=sys.stderr, flush=True)
+                    told = True
                 time.sleep(0.2)
+        me = f"pid {os.getpid()}: {' '.join(sys.argv)[:400]}".encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, me, 0)
         yield
     finally:
         os.close(fd)  # releases the lock

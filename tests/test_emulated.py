@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pmac import emulated as E
-from pmac.errors import InputError
+from pmac.errors import InputError, PmacError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -366,3 +366,31 @@ def test_probe_variant_networks_pools_its_rounds(tmp_path):
         E.probe_variant_networks([v], quick=False, workdir=tmp_path, reuse=True, rounds=3)
     with pytest.raises(ValueError, match="rounds must be >= 1"):
         E.probe_variant_networks([v], quick=False, workdir=tmp_path, rounds=0)
+
+
+def test_host_lock_names_its_holder(tmp_path, capsys):
+    """A second emulated cluster on the host says whom it waits for (a stuck job of the first
+    kept a validation waiting silently for minutes) and names it when it gives up."""
+    import fcntl
+
+    lock = tmp_path / "emu.lock"
+    with E._host_lock(5.0, lock):
+        holder = lock.read_text()
+        assert holder.startswith(f"pid {os.getpid()}: ")
+        # a second open file description conflicts with the first, also in one process
+        t0 = time.monotonic()
+        with pytest.raises(PmacError, match=rf"another emulated cluster holds {lock} \(pid {os.getpid()}: .*"
+                                              r"; waited 0 s\)"):
+            with E._host_lock(0.3, lock):
+                pass
+        assert time.monotonic() - t0 >= 0.3
+        err = capsys.readouterr().err
+        assert err.count("pmac: waiting up to 0 s for the emulated cluster of pid") == 1
+    # released: taken at once, and the holder's line is the new one (the old one overwritten)
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+    with E._host_lock(0.3, lock):
+        assert lock.read_text() == holder
