@@ -31,7 +31,7 @@ import pandas as pd
 from .errors import InputError, PmacError, ProbeError, ToolMissingError
 from .fit import curves_from_raw, fit_node, latency_from_raw, os_caches
 from .profile import RAW_TABLES, ComputeModel, MachineProfile, NodeModel, save_profile
-from .schema import provenance, sha256_file
+from .schema import ensure_folder, provenance, sha256_file
 from .table import save_tables
 
 Progress = Callable[[float, str], None]
@@ -209,12 +209,7 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
     out_dir = Path(out_dir)
     yaml_path = out_dir / f"{name}.yaml"
     # before minutes of probing: a directory the profile cannot be written to fails now
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create the output directory: {exc.strerror}", path=out_dir) from None
-    if not os.access(out_dir, os.W_OK):
-        raise InputError("the output directory is not writable", path=out_dir)
+    ensure_folder(out_dir, "output directory", try_write=True)
     t0 = time.monotonic()
     warnings: list[str] = []
     net_model, net_raw, net_note = None, {}, None

@@ -14,6 +14,7 @@ import hashlib
 import math
 import os
 import platform
+import shutil
 import socket
 import sys
 import tempfile
@@ -56,22 +57,50 @@ def kind_info(kind: str) -> KindInfo:
 
 # ---------------------------------------------------------------- atomic writes
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over ``path``."""
+def ensure_folder(path: str | Path, what: str = "folder", *, try_write: bool = False) -> Path:
+    """Make ``path`` (and its parents) a folder, or raise an InputError naming it: "exists and is
+    not a folder (needed as the WHAT)", "cannot create the WHAT: <reason>". ``try_write``: also
+    make and remove a trial folder in it (before a long run that writes there at its end; this
+    also catches file systems such as /proc, which refuse new entries even to root)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"exists and is not a folder (needed as the {what})", path=path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the {what}: {exc.strerror}", path=path) from None
+    if try_write:
+        try:
+            shutil.rmtree(tempfile.mkdtemp(prefix=".pmac-check-", dir=path))
+        except OSError as exc:
+            raise InputError(f"cannot write into the {what}: {exc.strerror}", path=path) from None
+    return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over ``path``. A place
+    that cannot be written is an InputError naming ``path`` (not the temporary file)."""
+    path = Path(path)
+    if path.parent.exists() and not path.parent.is_dir():
+        raise InputError(f"cannot write here: {path.parent} is not a folder", path=path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise InputError(f"cannot write here: {exc.strerror}", path=path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise InputError(f"cannot write here: {exc.strerror}", path=path) from None
         raise
 
 

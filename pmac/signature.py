@@ -17,7 +17,7 @@ import pandas as pd
 
 from .errors import InputError
 from .memsig import MEMORY_TABLES, check_tables, memory_tables_of_version, upgrade
-from .schema import check_document, from_dict, read_yaml, register_kind, save_document, to_dict
+from .schema import check_document, ensure_folder, from_dict, read_yaml, register_kind, save_document, to_dict
 from .table import load_tables, save_tables
 from .trace import EVENT_TABLES, world_comm_table
 
@@ -128,8 +128,7 @@ def load_signature(path: str | Path, *, with_memory: bool = True) -> Signature:
 
 def save_signature(sig: Signature, folder: str | Path) -> Path:
     """Write tables first, then the header (each atomically); returns the folder."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = ensure_folder(folder, "signature")
     header = sig.header
     save_tables(folder / header.events_file,
                 {"events": sig.events, "requests": sig.requests, "vcounts": sig.vcounts, "comms": sig.comms},

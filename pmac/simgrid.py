@@ -52,7 +52,7 @@ import pandas as pd
 
 from .errors import InputError
 from .memsig import BURSTS
-from .schema import atomic_write_text, provenance
+from .schema import atomic_write_text, ensure_folder, provenance
 from .signature import Signature, SignatureHeader, make_signature
 from .trace import ANY_SOURCE, NONE, Op, op_name
 
@@ -669,8 +669,7 @@ def write_simgrid(sig: Signature, folder: str | Path, *, flop_per_s: float | Non
     ``absolute_index=False`` (then relative to ``folder``'s parent, SimGrid's usual cwd)."""
     if flop_per_s is not None and not flop_per_s > 0:
         raise InputError(f"flop_per_s must be positive, found {flop_per_s}")
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = ensure_folder(folder, "export of per-rank files")
     per_rank, skipped = simgrid_lines(sig, flop_per_s=flop_per_s)
     files = []
     n_actions = 0

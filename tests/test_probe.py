@@ -173,7 +173,7 @@ def test_cli_rejects_an_unusable_output_directory_before_probing(capsys, tmp_pat
         ro = tmp_path / "ro"
         ro.mkdir(mode=0o500)
         assert main(["probe", "--name", "x", "--out-dir", str(ro)]) == 2
-        assert "the output directory is not writable" in capsys.readouterr().err
+        assert "cannot write into the output directory: Permission denied" in capsys.readouterr().err
     assert sorted(f.name for f in tmp_path.iterdir()) == ["afile"] + (["ro"] if os.geteuid() != 0 else [])
 
 

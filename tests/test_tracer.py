@@ -427,6 +427,31 @@ def test_cli_argument_errors(tmp_path, capsys, args, msg):
     assert rc == 2 and err.startswith("pmac trace: error: ") and msg in err and len(err.strip().splitlines()) == 1
 
 
+def test_cli_output_that_cannot_be_written_fails_before_running(tmp_path, capsys):
+    """The signature folder is checked before the program runs (a folder that could not be
+    created used to end the trace in a FileNotFoundError traceback from tempfile)."""
+    from pmac.cli import main
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    marker = tmp_path / "ran"
+    cmd = ["--", "touch", str(marker)]
+    cases = [(afile / "sig", f"{afile}: exists and is not a folder (needed as the folder the signature goes in)"),
+             (afile, f"{afile}: exists and is not a folder: the signature is a folder (give a new name)"),
+             (Path("/proc/pmac-sig"), "/proc: cannot write into the folder the signature goes in: No such file or "
+                                      "directory")]
+    for out, msg in cases:
+        for extra in ([], ["--memory", "--no-mpi"]):
+            assert main(["trace", "-o", str(out), *extra, *cmd]) == 2
+            assert capsys.readouterr().err.strip().splitlines() == [f"pmac trace: error: {msg}"]
+    assert not marker.exists()   # the program never ran
+    # a missing parent is made, and the trial folder does not stay
+    from pmac.cli.trace import _check_output
+
+    _check_output(tmp_path / "new" / "deeper" / "s")
+    assert (tmp_path / "new" / "deeper").is_dir() and list((tmp_path / "new" / "deeper").iterdir()) == []
+
+
 def test_stack_overflow_segfault_still_flushes(env, tmp_path):
     """SIGSEGV from a stack overflow: the handler runs on the shim's alternate stack."""
     src = tmp_path / "so.c"

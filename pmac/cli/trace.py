@@ -41,6 +41,17 @@ def _params(items):
     return out
 
 
+def _check_output(out) -> None:
+    """Before running anything: the signature folder must be creatable where it is asked for
+    (its parent is made if missing and must take new entries)."""
+    from ..errors import InputError
+    from ..schema import ensure_folder
+
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a folder: the signature is a folder (give a new name)", path=out)
+    ensure_folder(out.parent, "folder the signature goes in", try_write=True)
+
+
 def run(args) -> int:
     import sys
     from pathlib import Path
@@ -58,6 +69,7 @@ def run(args) -> int:
     if args.ranks and not args.memory:
         raise InputError("--ranks selects the ranks of a memory trace: add --memory")
     out = Path(args.output)
+    _check_output(out)
     params = _params(args.param)
     status = 0
     if not args.no_mpi:
