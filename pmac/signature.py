@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .errors import InputError
@@ -121,9 +122,27 @@ def load_signature(path: str | Path, *, with_memory: bool = True) -> Signature:
             check_tables(memory)
         except ValueError as exc:
             raise InputError(str(exc), path=folder / header.memory_file) from None
+    _check_events(tables["events"], header.n_ranks, folder / header.events_file)
     sig = make_signature(header, tables["events"], requests=tables.get("requests"),
                          vcounts=tables.get("vcounts"), comms=tables.get("comms"), memory=memory)
     return dataclasses.replace(sig, path=str(folder))
+
+
+def _check_events(ev: pd.DataFrame, n_ranks: int, path: Path) -> None:
+    """What every consumer assumes of the events: ranks of this signature and bursts that are
+    finite and >= 0 (the replay would refuse them later without naming the file)."""
+    rank = ev["rank"].to_numpy()
+    bad = np.flatnonzero((rank < 0) | (rank >= n_ranks))
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(f"{bad.size} event(s) name a rank outside 0..{n_ranks - 1} (the first: rank "
+                         f"{int(rank[i])}, seq {int(ev['seq'].iloc[i])})", path=path)
+    burst = ev["burst_s"].to_numpy(np.float64)
+    bad = np.flatnonzero(~(np.isfinite(burst) & (burst >= 0.0)))
+    if bad.size:
+        i = int(bad[0])
+        raise InputError(f"{bad.size} burst(s) not finite and >= 0 (the first: rank {int(rank[i])}, seq "
+                         f"{int(ev['seq'].iloc[i])}, burst_s {float(burst[i])!r})", path=path)
 
 
 def save_signature(sig: Signature, folder: str | Path) -> Path:

@@ -94,3 +94,24 @@ def test_memory_tables_with_impossible_values_are_refused_by_name(tmp_path):
     save_signature(sig, tmp_path / "s")
     with pytest.raises(InputError, match=r"memory\.npz.*table 'reuse': negative or non-finite count"):
         load_signature(tmp_path / "s")
+
+
+@pytest.mark.parametrize("column, value, msg", [
+    ("burst_s", -1e-6, r"1 burst\(s\) not finite and >= 0 \(the first: rank 0, seq 1, burst_s -1e-06\)"),
+    ("burst_s", float("nan"), r"1 burst\(s\) not finite and >= 0 \(the first: rank 0, seq 1, burst_s nan\)"),
+    ("rank", 5, r"1 event\(s\) name a rank outside 0\.\.1 \(the first: rank 5, seq 1\)"),
+])
+def test_events_with_impossible_values_are_refused_by_name(tmp_path, column, value, msg):
+    """load_signature checks the events every consumer relies on: one line naming events.npz (a
+    negative burst used to reach the replay, whose error named no file)."""
+    from pmac.errors import InputError
+
+    sig = pingpong_signature(n_iter=2)
+    ev = sig.events.copy()
+    assert list(ev.loc[1, ["rank", "seq"]]) == [0, 1]
+    ev.loc[1, column] = value
+    save_signature(dataclasses.replace(sig, events=ev), tmp_path / "s")
+    with pytest.raises(InputError, match=r"events\.npz: " + msg):
+        load_signature(tmp_path / "s")
+    save_signature(sig, tmp_path / "ok")
+    assert len(load_signature(tmp_path / "ok").events) == len(ev)  # the clean one loads
