@@ -129,14 +129,29 @@ def load_signature(path: str | Path, *, with_memory: bool = True) -> Signature:
 
 
 def _check_events(ev: pd.DataFrame, n_ranks: int, path: Path) -> None:
-    """What every consumer assumes of the events: ranks of this signature and bursts that are
-    finite and >= 0 (the replay would refuse them later without naming the file)."""
+    """What every consumer assumes of the events: ranks of this signature, one call per (rank,
+    seq), peers among the ranks, bursts finite and >= 0 (the replay would refuse some of these
+    later without naming the file, and take a repeated seq in an arbitrary order)."""
     rank = ev["rank"].to_numpy()
     bad = np.flatnonzero((rank < 0) | (rank >= n_ranks))
     if bad.size:
         i = int(bad[0])
         raise InputError(f"{bad.size} event(s) name a rank outside 0..{n_ranks - 1} (the first: rank "
                          f"{int(rank[i])}, seq {int(ev['seq'].iloc[i])})", path=path)
+    seq = ev["seq"].to_numpy(np.int64)
+    key = np.sort(rank.astype(np.int64) * (1 << 40) + seq)
+    dup = np.flatnonzero(key[1:] == key[:-1])
+    if dup.size:
+        k = int(key[dup[0]])
+        raise InputError(f"{dup.size} call(s) repeat a (rank, seq) of another (the first: rank {k >> 40}, "
+                         f"seq {k & ((1 << 40) - 1)})", path=path)
+    for col in ("dest", "source"):
+        peer = ev[col].to_numpy()
+        bad = np.flatnonzero(peer >= n_ranks)
+        if bad.size:
+            i = int(bad[0])
+            raise InputError(f"{bad.size} call(s) name a {col} outside the {n_ranks} ranks (the first: rank "
+                             f"{int(rank[i])}, seq {int(seq[i])}, {col} {int(peer[i])})", path=path)
     burst = ev["burst_s"].to_numpy(np.float64)
     bad = np.flatnonzero(~(np.isfinite(burst) & (burst >= 0.0)))
     if bad.size:

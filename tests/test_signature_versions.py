@@ -100,6 +100,8 @@ def test_memory_tables_with_impossible_values_are_refused_by_name(tmp_path):
     ("burst_s", -1e-6, r"1 burst\(s\) not finite and >= 0 \(the first: rank 0, seq 1, burst_s -1e-06\)"),
     ("burst_s", float("nan"), r"1 burst\(s\) not finite and >= 0 \(the first: rank 0, seq 1, burst_s nan\)"),
     ("rank", 5, r"1 event\(s\) name a rank outside 0\.\.1 \(the first: rank 5, seq 1\)"),
+    ("seq", 0, r"1 call\(s\) repeat a \(rank, seq\) of another \(the first: rank 0, seq 0\)"),
+    ("dest", 2, r"1 call\(s\) name a dest outside the 2 ranks \(the first: rank 0, seq 1, dest 2\)"),
 ])
 def test_events_with_impossible_values_are_refused_by_name(tmp_path, column, value, msg):
     """load_signature checks the events every consumer relies on: one line naming events.npz (a
