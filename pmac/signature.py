@@ -133,12 +133,12 @@ def _check_events(ev: pd.DataFrame, n_ranks: int, path: Path) -> None:
     seq), peers among the ranks, bursts finite and >= 0 (the replay would refuse some of these
     later without naming the file, and take a repeated seq in an arbitrary order)."""
     rank = ev["rank"].to_numpy()
+    seq = ev["seq"].to_numpy(np.int64)
     bad = np.flatnonzero((rank < 0) | (rank >= n_ranks))
     if bad.size:
         i = int(bad[0])
         raise InputError(f"{bad.size} event(s) name a rank outside 0..{n_ranks - 1} (the first: rank "
-                         f"{int(rank[i])}, seq {int(ev['seq'].iloc[i])})", path=path)
-    seq = ev["seq"].to_numpy(np.int64)
+                         f"{int(rank[i])}, seq {int(seq[i])})", path=path)
     key = np.sort(rank.astype(np.int64) * (1 << 40) + seq)
     dup = np.flatnonzero(key[1:] == key[:-1])
     if dup.size:
@@ -157,7 +157,7 @@ def _check_events(ev: pd.DataFrame, n_ranks: int, path: Path) -> None:
     if bad.size:
         i = int(bad[0])
         raise InputError(f"{bad.size} burst(s) not finite and >= 0 (the first: rank {int(rank[i])}, seq "
-                         f"{int(ev['seq'].iloc[i])}, burst_s {float(burst[i])!r})", path=path)
+                         f"{int(seq[i])}, burst_s {float(burst[i])!r})", path=path)
 
 
 def save_signature(sig: Signature, folder: str | Path) -> Path:
