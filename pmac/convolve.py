@@ -244,6 +244,21 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
         n_borrowed_hist=int(borrowed.sum()), unsampled=unsampled, divsqrt=divsqrt, recurrence=recurrence)
 
 
+def event_bursts(ba: BurstArrays, events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, the index of its burst in ``ba`` (keyed by rank and seq; -1 when it has none),
+    and whether its rank had no memory trace: such a rank takes the bursts of traced rank
+    ``traced[rank % n_traced]`` (a signature traced on some ranks only, ``pmac trace --ranks``)."""
+    ranks = events["rank"].to_numpy(np.int64)
+    traced = np.unique(ba.rank.astype(np.int64))
+    src = ranks.copy()
+    untraced = ~np.isin(ranks, traced)
+    if len(traced):
+        src[untraced] = traced[ranks[untraced] % len(traced)]
+    key_b = pd.MultiIndex.from_arrays([ba.rank.astype(np.int64), ba.seq.astype(np.int64)])
+    idx = key_b.get_indexer(pd.MultiIndex.from_arrays([src, events["seq"].to_numpy(np.int64)]))
+    return idx, untraced
+
+
 # ---------------------------------------------------------------- machines
 
 @dataclass(frozen=True, kw_only=True)

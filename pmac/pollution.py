@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .convolve import MAX_CAPACITY_LINES, BurstArrays, edge_position
+from .convolve import MAX_CAPACITY_LINES, BurstArrays, edge_position, event_bursts
 from .profile import CacheLevel, LinkModel
 from .trace import COLLECTIVE_OPS, RECV_OPS, SEND_OPS, Op
 
@@ -128,14 +128,7 @@ def event_excess(events: pd.DataFrame, ba: BurstArrays, caches: Sequence[CacheLe
     a = np.stack([level_costs(intra, caches), level_costs(inter, caches)])  # (2, levels)
     per_burst = a @ burst_fill(ba, caches)                                   # (2, bursts)
     # ranks without a memory trace take a traced rank's bursts, as pmac.predict's convolved bursts do
-    ranks = events["rank"].to_numpy(np.int64)
-    traced = np.unique(ba.rank.astype(np.int64))
-    src = ranks.copy()
-    untraced = ~np.isin(ranks, traced)
-    if len(traced):
-        src[untraced] = traced[ranks[untraced] % len(traced)]
-    key_b = pd.MultiIndex.from_arrays([ba.rank.astype(np.int64), ba.seq.astype(np.int64)])
-    idx = key_b.get_indexer(pd.MultiIndex.from_arrays([src, events["seq"].to_numpy(np.int64)]))
+    idx, _ = event_bursts(ba, events)
     link = event_links(events, node_of_rank, comms)
     out = np.zeros(len(events))
     ok = (idx >= 0) & (link != NO_LINK)

@@ -45,7 +45,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .convolve import BurstArrays, burst_arrays, convolve, machine_coeffs
+from .convolve import BurstArrays, burst_arrays, convolve, event_bursts, machine_coeffs
 from .errors import InputError, MissingSectionError
 from .expand import collapse_timeline, expand_for_replay, unreplayed_note
 from .profile import MachineProfile
@@ -230,18 +230,12 @@ def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], activ
     ms = [machine_coeffs(p, active_cores=a) for p, a in zip(profiles, active_cores)]
     res = convolve(ba, ms, detail=True)
     ev = sig.events
-    ranks = ev["rank"].to_numpy(np.int64)
-    seqs = ev["seq"].to_numpy(np.int64)
-    traced = np.unique(ba.rank)
-    src_rank = ranks.copy()
-    untraced = ~np.isin(ranks, traced)
-    src_rank[untraced] = traced[ranks[untraced] % len(traced)]
-    key_b = pd.MultiIndex.from_arrays([ba.rank.astype(np.int64), ba.seq])
-    idx = key_b.get_indexer(pd.MultiIndex.from_arrays([src_rank, seqs]))
+    idx, untraced = event_bursts(ba, ev)
     found = idx >= 0
     out = np.zeros((len(ms), len(ev)))
     out[:, found] = res.time_s[:, idx[found]]
-    diag = dict(n_untraced_ranks=int(len(np.unique(ranks[untraced]))), n_events_without_burst=int((~found).sum()),
+    n_untraced = len(np.unique(ev["rank"].to_numpy()[untraced]))
+    diag = dict(n_untraced_ranks=n_untraced, n_events_without_burst=int((~found).sum()),
                 n_borrowed_hist=ba.n_borrowed_hist,
                 memory_s=res.memory_s.sum(axis=1), compute_s=res.compute_s.sum(axis=1),
                 coeff_notes=[m.notes for m in ms])
