@@ -16,6 +16,7 @@ distance in instructions of floating-point instructions (weighted by execution c
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from .table import TableSpec
 
@@ -111,7 +112,24 @@ FUNCTIONS = TableSpec(name="functions", columns=(
     ("branch_miss_frac", "float64"),
 ))
 
-MEMORY_TABLES = {t.name: t for t in (BURSTS, REUSE, FUNCTIONS)}
+#: The counters of each burst split by function (signature version 4): the functions of a
+#: burst run one after another, so each gets its own overlap of memory and compute
+#: (pmac.phases). Per burst of at least :data:`BURST_FUNCTION_MIN_INSTRUCTIONS`, a function with
+#: at least :data:`BURST_FUNCTION_MIN_SHARE` of its instructions (bytes counted in 8-byte words)
+#: or flop has a row; the rest of the burst is one row named :data:`OTHER_FUNCTIONS`. The rows of
+#: a burst sum to its ``bursts`` row; a burst without rows is convolved as one.
+BURST_FUNCTIONS = TableSpec(name="burst_functions", columns=(
+    ("rank", "int32"),
+    ("seq", "int64"),
+    ("function", "U64"),
+) + tuple(c for c in FUNCTIONS.columns if c[0] not in ("rank", "function", "object")))
+BURST_FUNCTION_MIN_SHARE = 0.02
+#: below this, a burst (the few instructions of the tracer's wrappers between two MPI calls, say)
+#: costs what its calls around it cost, whatever its functions: no rows
+BURST_FUNCTION_MIN_INSTRUCTIONS = 10_000
+OTHER_FUNCTIONS = "(other)"
+
+MEMORY_TABLES = {t.name: t for t in (BURSTS, REUSE, FUNCTIONS, BURST_FUNCTIONS)}
 
 #: columns added to memory.npz by signature schema version, with the value they take in files
 #: of older versions (-1: not counted)
@@ -148,6 +166,10 @@ def upgrade(tables: dict, version: int) -> dict:
     return out
 
 
+_COUNTS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256", "fp_512",
+           "branches")
+
+
 def check_tables(tables: dict) -> None:
     """Raise ValueError (one line: table, column, what is wrong) where memory-signature tables
     hold values no reader can use: reuse bins outside 0..COLD_BIN, access other than load/store,
@@ -175,9 +197,7 @@ def check_tables(tables: dict) -> None:
             raise ValueError("table 'reuse': seq below -1 (-1 marks per-function rows)")
     b = tables.get("bursts")
     if b is not None and len(b):
-        counts = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256",
-                  "fp_512", "branches")
-        for col in counts:
+        for col in _COUNTS:
             if (b[col].to_numpy() < 0).any():
                 raise ValueError(f"table 'bursts': negative {col}")
         if b.duplicated(["rank", "seq"]).any():
@@ -186,3 +206,20 @@ def check_tables(tables: dict) -> None:
         f = b["sample_frac"].to_numpy()
         if not ((f > 0) & (f <= 1)).all():
             raise ValueError("table 'bursts': sample_frac outside (0, 1]")
+    bf = tables.get("burst_functions")
+    if bf is not None and len(bf):
+        for col in _COUNTS + ("flop",):
+            if (bf[col].to_numpy() < 0).any():
+                raise ValueError(f"table 'burst_functions': negative {col}")
+        dup = bf.duplicated(["rank", "seq", "function"])
+        if dup.any():
+            k = bf[dup].iloc[0]
+            raise ValueError(f"table 'burst_functions': function {k['function']!r} of burst (rank {int(k['rank'])}, "
+                             f"seq {int(k['seq'])}) appears twice")
+        known = pd.MultiIndex.from_frame(b[["rank", "seq"]]) if b is not None else pd.MultiIndex.from_tuples([])
+        own = pd.MultiIndex.from_frame(bf[["rank", "seq"]])
+        stray = ~own.isin(known)
+        if stray.any():
+            k = bf[stray].iloc[0]
+            raise ValueError(f"table 'burst_functions': burst (rank {int(k['rank'])}, seq {int(k['seq'])}) "
+                             "is not in table 'bursts'")

@@ -28,7 +28,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -36,7 +36,8 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError, TruncatedError
-from .memsig import BURSTS, FUNCTIONS, LINE_SIZES_BYTES, REUSE, check_tables
+from .memsig import (BURST_FUNCTION_MIN_INSTRUCTIONS, BURST_FUNCTION_MIN_SHARE, BURST_FUNCTIONS, BURSTS, FUNCTIONS,
+                     LINE_SIZES_BYTES, OTHER_FUNCTIONS, REUSE, check_tables)
 from .reuse import HASH_BITS, BurstHistograms
 from .schema import provenance
 from .signature import (HEADER_FILE, MEMORY_FILE, Signature, SignatureHeader, load_signature, make_signature,
@@ -48,16 +49,17 @@ COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_
             "fp_512", "flop", "fp_divsqrt", "branches", "branch_misses", "dep_sum", "dep_n", "fp_recurrence",
             "sampled")
 #: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations),
-#: 3 fp_recurrence (FP operations on loop-carried chains); the files live only while a trace
-#: runs, so older ones are refused, not migrated
-TOOL_FILE_VERSION = 3
+#: 3 fp_recurrence (FP operations on loop-carried chains), 4 the counters per (burst, function);
+#: the files live only while a trace runs, so older ones are refused, not migrated
+TOOL_FILE_VERSION = 4
 NC = len(COUNTERS)
 _HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("n_counters", "<u4"), ("hash_bits", "<u4"),
                     ("threshold", "<u4"), ("pid", "<i4"), ("flags", "<u4"), ("n_bursts", "<i8"),
-                    ("n_functions", "<i8"), ("n_acc_words", "<i8"), ("pad", "S8")])
+                    ("n_functions", "<i8"), ("n_acc_words", "<i8"), ("n_burst_functions", "<i8")])
 _ACC_HEADER = np.dtype([("magic", "S8"), ("hash_bits", "<u4"), ("threshold", "<u4")])
 _BURST = np.dtype([("seq", "<i8"), ("c", "<u8", (NC,))])
 _FUNC = np.dtype([("name", "S64"), ("object", "S64"), ("c", "<u8", (NC,))])
+_BURST_FN = np.dtype([("burst", "<i8"), ("fn", "<i8"), ("c", "<u8", (NC,))])
 TRAILER = b"PMACEND1"
 DEFAULT_SAMPLE_RATE = 1.0 / 16
 DEFAULT_NUMBA_CPU = "haswell"
@@ -80,6 +82,10 @@ class ToolOutput:
     hists: dict[int, np.ndarray] | None = None
     #: the same per function [n_functions, 2, bins] (streamed)
     fn_hists: dict[int, np.ndarray] | None = None
+    #: per (burst, function) pair the code of a burst ran: burst index and function index
+    #: [m, 2], and their counters [m, NC]
+    burst_fn: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
+    burst_fn_counts: np.ndarray = field(default_factory=lambda: np.zeros((0, NC), np.uint64))
 
 
 def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> ToolOutput:
@@ -101,9 +107,10 @@ def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> 
     if h["version"] != TOOL_FILE_VERSION or h["n_counters"] != NC:
         raise InputError(f"pmac_vg summary version {h['version']} with {h['n_counters']} counters; "
                          f"this pmac reads version {TOOL_FILE_VERSION} with {NC}", path=path)
-    nb, nf = int(h["n_bursts"]), int(h["n_functions"])
-    need = _HEADER.itemsize + 8 * NC + nb * _BURST.itemsize + nf * _FUNC.itemsize + len(TRAILER)
-    if nb < 1 or nf < 0 or len(data) != need or data[-len(TRAILER):] != TRAILER:
+    nb, nf, nbf = int(h["n_bursts"]), int(h["n_functions"]), int(h["n_burst_functions"])
+    need = (_HEADER.itemsize + 8 * NC + nb * _BURST.itemsize + nf * _FUNC.itemsize + nbf * _BURST_FN.itemsize
+            + len(TRAILER))
+    if nb < 1 or nf < 0 or nbf < 0 or len(data) != need or data[-len(TRAILER):] != TRAILER:
         raise TruncatedError(f"{len(data)} bytes where the header announces {nb} bursts and {nf} functions "
                              f"({need} bytes): the traced program was killed before valgrind finished?",
                              path=path)
@@ -113,9 +120,13 @@ def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> 
     b = np.frombuffer(data, _BURST, nb, off)
     off += nb * _BURST.itemsize
     f = np.frombuffer(data, _FUNC, nf, off)
+    off += nf * _FUNC.itemsize
+    bf = np.frombuffer(data, _BURST_FN, nbf, off)
+    if nbf and (bf["burst"].min() < 0 or bf["burst"].max() >= nb or bf["fn"].min() < 0 or bf["fn"].max() >= nf):
+        raise InputError("a (burst, function) entry names a burst or function the file does not hold", path=path)
     acc_path = Path(str(path) + ".acc")
     if stream is not None:
-        return _decoded(h, mpi, b, f, nf, np.zeros(0, np.uint64), stream.histograms(h, nb, acc_path),
+        return _decoded(h, mpi, b, f, nf, bf, np.zeros(0, np.uint64), stream.histograms(h, nb, acc_path),
                         stream.function_histograms(nf, acc_path))
     try:
         acc = acc_path.read_bytes()
@@ -131,10 +142,10 @@ def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> 
     if ah["hash_bits"] != HASH_BITS or ah["threshold"] != h["threshold"] or h["hash_bits"] != HASH_BITS:
         raise InputError("access file and summary disagree on the sampling parameters", path=acc_path)
     words = np.frombuffer(acc, "<u8", nw, _ACC_HEADER.itemsize)
-    return _decoded(h, mpi, b, f, nf, words, None)
+    return _decoded(h, mpi, b, f, nf, bf, words, None)
 
 
-def _decoded(h, mpi, b, f, nf, words, hists, fn_hists=None) -> ToolOutput:
+def _decoded(h, mpi, b, f, nf, bf, words, hists, fn_hists=None) -> ToolOutput:
     dec = np.vectorize(lambda s: s.decode("utf-8", "replace"), otypes=[object])
     return ToolOutput(
         pid=int(h["pid"]), sample_rate=float(h["threshold"]) / (1 << HASH_BITS),
@@ -143,6 +154,8 @@ def _decoded(h, mpi, b, f, nf, words, hists, fn_hists=None) -> ToolOutput:
         function=dec(f["name"]).astype(str) if nf else np.zeros(0, str),
         object=dec(f["object"]).astype(str) if nf else np.zeros(0, str),
         functions=f["c"].astype(np.uint64).reshape(nf, NC), words=words, hists=hists, fn_hists=fn_hists,
+        burst_fn=np.stack([bf["burst"], bf["fn"]], axis=1).astype(np.int64),
+        burst_fn_counts=bf["c"].astype(np.uint64).reshape(len(bf), NC),
     )
 
 
@@ -276,10 +289,49 @@ def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+def burst_functions(rank: int, o: ToolOutput, min_share: float = BURST_FUNCTION_MIN_SHARE,
+                    min_instructions: int = BURST_FUNCTION_MIN_INSTRUCTIONS) -> pd.DataFrame:
+    """The ``burst_functions`` rows of one rank (pmac.memsig.BURST_FUNCTIONS).
+
+    A function's weight in a burst is its instructions plus its bytes in 8-byte words (a ``rep
+    stos`` memset is one instruction); per burst, each function with at least ``min_share`` of
+    the burst's weight or flop has a row, the rest is one OTHER_FUNCTIONS row. A burst that comes
+    out as one function (with at most ``min_share`` of other code) is left out: it is its row; so
+    is a burst of fewer than ``min_instructions``."""
+    if not len(o.burst_fn):
+        return BURST_FUNCTIONS.empty()
+    big = o.bursts[o.burst_fn[:, 0], COUNTERS.index("instructions")] >= min_instructions
+    df = pd.DataFrame(o.burst_fn_counts[big].astype(np.int64), columns=list(COUNTERS))
+    df["burst"] = o.burst_fn[big, 0]
+    df["function"] = o.function[o.burst_fn[big, 1]]
+    df = df.groupby(["burst", "function"], as_index=False, sort=False)[list(COUNTERS)].sum()  # jit blocks
+
+    def shares(d):
+        size = pd.DataFrame({"weight": d["instructions"] + (d["load_bytes"] + d["store_bytes"]) / 8.0,
+                             "flop": d["flop"].astype(np.float64)})
+        total = size.groupby(d["burst"].to_numpy()).transform("sum")
+        return (size / total.where(total > 0)).fillna(0.0).max(axis=1).to_numpy()
+
+    df.loc[shares(df) < min_share, "function"] = OTHER_FUNCTIONS
+    df = df.groupby(["burst", "function"], as_index=False, sort=True)[list(COUNTERS)].sum()
+    other = (df["function"] == OTHER_FUNCTIONS).to_numpy()
+    minor = other & (shares(df) < min_share)
+    named = pd.Series(~other).groupby(df["burst"].to_numpy()).transform("sum").to_numpy()
+    rows = df.groupby("burst")["function"].transform("size").to_numpy()
+    one = (rows == 1) | ((named == 1) & pd.Series(minor).groupby(df["burst"].to_numpy()).transform("any").to_numpy()
+                         & (rows == 2))
+    df = df[~one]
+    d = _derived(df[list(COUNTERS)].to_numpy(np.uint64))
+    return BURST_FUNCTIONS.coerce(pd.DataFrame({
+        "rank": np.full(len(df), rank, np.int32), "seq": o.burst_seq[df["burst"].to_numpy()],
+        "function": df["function"].to_numpy(), **d}))
+
+
 def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...] = LINE_SIZES_BYTES) -> dict[str, pd.DataFrame]:
-    """The pmac.memsig tables (bursts, reuse, functions) of the traced ranks."""
-    bursts, reuse, funcs = [], [], []
+    """The pmac.memsig tables (bursts, reuse, functions, burst_functions) of the traced ranks."""
+    bursts, reuse, funcs, split = [], [], [], []
     for rank, o in sorted(outputs.items()):
+        split.append(burst_functions(rank, o))
         n = len(o.burst_seq)
         d = _derived(o.bursts)
         bursts.append(pd.DataFrame({"rank": np.full(n, rank, np.int32), "seq": o.burst_seq, **d,
@@ -315,7 +367,8 @@ def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...]
                                        "object": f["object"].to_numpy(), **d})
                          .sort_values("instructions", ascending=False, kind="stable"))
     cat = (lambda parts, spec: spec.coerce(pd.concat(parts, ignore_index=True)) if parts else spec.empty())
-    tables = {"bursts": cat(bursts, BURSTS), "reuse": cat(reuse, REUSE), "functions": cat(funcs, FUNCTIONS)}
+    tables = {"bursts": cat(bursts, BURSTS), "reuse": cat(reuse, REUSE), "functions": cat(funcs, FUNCTIONS),
+              "burst_functions": cat(split, BURST_FUNCTIONS)}
     check_tables(tables)
     return tables
 

@@ -31,14 +31,17 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .convolve import burst_arrays, convolve, machine_coeffs
+from .convolve import burst_arrays, machine_coeffs
 from .errors import InputError, MissingSectionError
+from .phases import convolve_phases, phases_of
 from .profile import MachineProfile, OverlapModel
 from .signature import Signature
 from .trace import Op
 
 KIND = "max_beta_min"
-SAMPLE_COLUMNS = ("app", "case", "rank", "seq", "memory_s", "compute_s", "measured_s")
+#: ``max_s`` / ``min_s``: the burst's max(m, c) and min(m, c), summed over its functions for a burst
+#: priced phase by phase (pmac.phases); samples without them take them from memory_s and compute_s
+SAMPLE_COLUMNS = ("app", "case", "rank", "seq", "memory_s", "compute_s", "max_s", "min_s", "measured_s")
 
 
 def app_of(sig: Signature) -> str:
@@ -69,10 +72,11 @@ def samples_from_signature(sig: Signature, profile: MachineProfile, *, active_co
     if active_cores is None:
         active_cores = min(sig.n_ranks, profile.node.n_cores if profile.node else 1)
     ba = burst_arrays(sig.memory)
-    res = convolve(ba, [machine_coeffs(profile, active_cores=active_cores, beta=0.0)])
+    res, mx, mn = convolve_phases(ba, phases_of(sig.memory, ba),
+                                  [machine_coeffs(profile, active_cores=active_cores, beta=0.0)])
     ev = sig.events[["rank", "seq", "burst_s"]]
     df = pd.DataFrame({"rank": ba.rank.astype(np.int64), "seq": ba.seq, "memory_s": res.memory_s[0],
-                       "compute_s": res.compute_s[0]})
+                       "compute_s": res.compute_s[0], "max_s": mx[0], "min_s": mn[0]})
     df = df.merge(ev.astype({"rank": np.int64}), on=["rank", "seq"], how="inner")
     if steady:
         df = df.merge(steady_bursts(sig.events), on=["rank", "seq"], how="inner")
@@ -106,8 +110,16 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame) -> pd.Dat
         measured = float(np.median(np.sort(g["time_s"].to_numpy())[:5]))
         key = f"probe:{int(ws)}B:{int(r)}chains"
         rows.append(dict(app=key, case=key, rank=0, seq=0, memory_s=memory_s, compute_s=compute_s,
-                         measured_s=measured))
+                         max_s=max(memory_s, compute_s), min_s=min(memory_s, compute_s), measured_s=measured))
     return pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
+
+
+def max_min(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample, max(m, c) and min(m, c): the ``max_s`` / ``min_s`` columns where present."""
+    if "max_s" in g.columns and "min_s" in g.columns:
+        return g["max_s"].to_numpy(np.float64), g["min_s"].to_numpy(np.float64)
+    m, c = g["memory_s"].to_numpy(np.float64), g["compute_s"].to_numpy(np.float64)
+    return np.maximum(m, c), np.minimum(m, c)
 
 
 def _objective(beta: float, groups: list[tuple[np.ndarray, np.ndarray, float]]) -> float:
@@ -126,12 +138,10 @@ def fit_beta(samples: pd.DataFrame) -> tuple[float, float]:
         raise InputError("overlap calibration: no samples")
     groups = []
     for _, g in samples.groupby("app", sort=True):
-        m = g["memory_s"].to_numpy()
-        c = g["compute_s"].to_numpy()
         meas = float(g["measured_s"].sum())
         if meas <= 0:
             continue
-        groups.append((np.maximum(m, c), np.minimum(m, c), meas))
+        groups.append((*max_min(g), meas))
     if not groups:
         raise InputError("overlap calibration: no measured burst time in the samples")
     # d/dbeta sum (a_i + beta b_i - 1)^2 = 0  with a_i = sum max / meas, b_i = sum min / meas
@@ -164,7 +174,8 @@ def leave_one_out(samples: pd.DataFrame) -> pd.DataFrame:
         beta, _ = fit_beta(others)
         mine = samples[samples["app"] == app]
         for case, g in mine.groupby("case", sort=True):
-            pred = float((np.maximum(g["memory_s"], g["compute_s"]) + beta * np.minimum(g["memory_s"], g["compute_s"])).sum())
+            mx, mn = max_min(g)
+            pred = float((mx + beta * mn).sum())
             meas = float(g["measured_s"].sum())
             rows.append(dict(app=app, case=case, beta=beta, predicted_s=pred, measured_s=meas,
                              error_pct=100.0 * (pred - meas) / meas if meas > 0 else np.nan))

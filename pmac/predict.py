@@ -45,9 +45,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .convolve import BurstArrays, burst_arrays, convolve, event_bursts, machine_coeffs
+from .convolve import BurstArrays, burst_arrays, event_bursts, machine_coeffs
 from .errors import InputError, MissingSectionError
 from .expand import collapse_timeline, expand_for_replay, unreplayed_note
+from .phases import convolve_phases, phases_of
 from .profile import MachineProfile
 from .signature import Signature
 from .trace import Op, op_name
@@ -228,7 +229,7 @@ def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], activ
     signature's bursts as arrays when already built."""
     ba = burst_arrays(sig.memory) if ba is None else ba
     ms = [machine_coeffs(p, active_cores=a) for p, a in zip(profiles, active_cores)]
-    res = convolve(ba, ms, detail=True)
+    res, _, _ = convolve_phases(ba, phases_of(sig.memory, ba), ms)
     ev = sig.events
     idx, untraced = event_bursts(ba, ev)
     found = idx >= 0

@@ -23,14 +23,17 @@ from .table import load_tables, save_tables
 from .trace import EVENT_TABLES, world_comm_table
 
 KIND = "pmac.signature"
-#: current schema version (memory.npz columns by version: pmac.memsig.ADDED_COLUMNS)
-SCHEMA_VERSION = 3
+#: current schema version (memory.npz columns by version: pmac.memsig.ADDED_COLUMNS; version 4
+#: adds the table burst_functions)
+SCHEMA_VERSION = 4
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: header + events.npz (+ memory.npz)",
                         2: "memory.npz: bursts and functions gain fp_divsqrt (divide and square-root "
                            "operations); version-1 signatures load with -1 there (not counted)",
                         3: "memory.npz: bursts and functions gain fp_recurrence (FP operations on "
-                           "loop-carried dependency chains); older signatures load with -1 (not counted)"},
-              migrations={1: lambda body: body, 2: lambda body: body})
+                           "loop-carried dependency chains); older signatures load with -1 (not counted)",
+                        4: "memory.npz gains table burst_functions (the counters of a burst per function, "
+                           "pmac.phases); older signatures have none and each burst is convolved as one"},
+              migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body})
 
 HEADER_FILE = "signature.yaml"
 EVENTS_FILE = "events.npz"

@@ -12,7 +12,7 @@ LAYERS = [
     {"profile", "trace", "memsig"},
     {"signature", "fit", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace",
      "shim", "vgtool", "rawtrace"},
-    {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand", "pollution"},
+    {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand", "pollution", "phases"},
     {"predict", "probe", "calibrate"},  # probe: measures, fits, calibrates (overlap; exchange by replay)
     {"sweep", "scaling", "cluster", "validate", "emulated"},
     {"report"},

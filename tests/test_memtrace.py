@@ -481,3 +481,46 @@ def test_loop_carried_fp_chains_are_counted(tmp_path, cache):
     assert row["dot2"][k] == pytest.approx(n / 2, rel=0.01)   # two chains of n/2 overlap: the longest counts
     assert row["affine"][k] == pytest.approx(2 * n, rel=0.01)
     assert o.bursts[0, k] == sum(c[k] for c in o.functions)
+
+
+def test_counters_per_burst_and_function(tmp_path, cache):
+    """A burst that runs a sweep and then a dependent chain has a row per function in
+    burst_functions (their counters exact, the rows summing to the burst); a burst that runs
+    one kernel has none, nor one under 10,000 instructions; code below 2 % of a burst is one
+    '(other)' row."""
+    from pmac.memsig import OTHER_FUNCTIONS
+
+    src = tmp_path / "p.c"
+    src.write_text(
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <valgrind/valgrind.h>\n"
+        "#define ENTER(s) VALGRIND_DO_CLIENT_REQUEST_STMT(VG_USERREQ_TOOL_BASE('P', 'M') + 0, (s), 0, 0, 0, 0)\n"
+        "#define EXIT(s) VALGRIND_DO_CLIENT_REQUEST_STMT(VG_USERREQ_TOOL_BASE('P', 'M') + 1, (s), 0, 0, 0, 0)\n"
+        "__attribute__((noinline)) void sweep(double *y, const double *x, long n) {\n"
+        "  for (long i = 0; i < n; i++) y[i] = x[i] + 1.0; }\n"
+        "__attribute__((noinline)) double chain(double x, long n) {\n"
+        "  for (long i = 0; i < n; i++) x = x * 0.999 + 1e-3; return x; }\n"
+        "int main(int argc, char **argv) { long n = atol(argv[1]);\n"
+        "  double *x = calloc(n, sizeof *x), *y = calloc(n, sizeof *y);\n"
+        "  ENTER(0); EXIT(0);\n"
+        "  sweep(y, x, n); double s = chain(y[1], n);\n"
+        "  ENTER(1); EXIT(1);\n"
+        "  s += chain(s, n);\n"
+        "  ENTER(2); EXIT(2);\n"
+        "  printf(\"%f\\n\", s); return 0; }\n")
+    exe = tmp_path / "p"
+    subprocess.run(["gcc", "-O2", "-fno-tree-vectorize", "-ffp-contract=off", "-o", str(exe), str(src)], check=True)
+    n = 20000
+    sig = load_signature(trace_memory([str(exe), str(n)], tmp_path / "sig", sample_rate=1.0))
+    bf = sig.memory["burst_functions"]
+    b = sig.memory["bursts"].set_index("seq")
+    one = bf[bf["seq"] == 1].set_index("function")
+    assert set(one.index) <= {"sweep", "chain", OTHER_FUNCTIONS} and {"sweep", "chain"} <= set(one.index)
+    assert one.loc["sweep", "flop"] == n and one.loc["sweep", "store_bytes"] == 8 * n
+    assert one.loc["sweep", "load_bytes"] == 8 * n + 16   # + the constant 1.0 and the return address
+    assert one.loc["chain", "flop"] == 2 * n and one.loc["chain", "fp_recurrence"] == 2 * n
+    assert one.loc["chain", "store_bytes"] == 0
+    for col in ("instructions", "loads", "stores", "load_bytes", "store_bytes", "flop", "branches"):
+        assert one[col].sum() == b.loc[1, col], col
+    assert (bf["seq"] == 2).sum() == 0           # chain alone (and a few instructions of main)
+    assert (bf["seq"] == 0).sum() >= 2           # start-up: the loader, libc, main
+    assert b.loc[3, "instructions"] < 10_000 and (bf["seq"] == 3).sum() == 0   # exit: too small to split

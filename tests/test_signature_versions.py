@@ -11,7 +11,7 @@ import pytest
 from pmac.convolve import burst_arrays
 from pmac.errors import SchemaVersionError
 from pmac.memsig import BURSTS, FUNCTIONS, memory_tables_of_version
-from pmac.signature import load_signature, save_signature
+from pmac.signature import SCHEMA_VERSION, load_signature, save_signature
 from pmac.table import save_tables
 from synth import memory_tables, pingpong_signature
 
@@ -24,7 +24,7 @@ def _v1_copy(sig, folder: Path) -> Path:
     v1 = memory_tables_of_version(1)
     save_tables(folder / "memory.npz", {k: v[list(v1[k].names)] for k, v in sig.memory.items()}, v1, compress=True)
     y = folder / "signature.yaml"
-    y.write_text(y.read_text().replace("schema_version: 3", "schema_version: 1"))
+    y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 1"))
     return folder
 
 
@@ -41,7 +41,7 @@ def test_version_1_memory_tables_load_with_divides_not_counted(tmp_path):
     assert (b["fp_recurrence"] == -1).all() and burst_arrays(old.memory).recurrence is None
     # saved again it is a current-version signature that keeps 'not counted'
     save_signature(old, tmp_path / "v2")
-    assert "schema_version: 3" in (tmp_path / "v2" / "signature.yaml").read_text()
+    assert f"schema_version: {SCHEMA_VERSION}" in (tmp_path / "v2" / "signature.yaml").read_text()
     again = load_signature(tmp_path / "v2")
     assert (again.memory["bursts"]["fp_divsqrt"] == -1).all()
     # a version-2 signature with counts keeps them, and the convolver sees them
@@ -55,7 +55,7 @@ def test_version_1_memory_tables_load_with_divides_not_counted(tmp_path):
 def test_unknown_signature_version_is_refused_by_name(tmp_path):
     save_signature(pingpong_signature(), tmp_path / "s")
     y = tmp_path / "s" / "signature.yaml"
-    y.write_text(y.read_text().replace("schema_version: 3", "schema_version: 7"))
+    y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 7"))
     with pytest.raises(SchemaVersionError, match=r"signature\.yaml.*schema_version 7 is newer"):
         load_signature(tmp_path / "s")
 
@@ -71,7 +71,7 @@ def test_version_2_memory_tables_load_with_chains_not_counted(tmp_path):
     assert "fp_recurrence" not in v2["bursts"].names and "fp_divsqrt" in v2["bursts"].names
     save_tables(folder / "memory.npz", {k: v[list(v2[k].names)] for k, v in sig.memory.items()}, v2, compress=True)
     y = folder / "signature.yaml"
-    y.write_text(y.read_text().replace("schema_version: 3", "schema_version: 2"))
+    y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 2"))
     old = load_signature(folder)
     b = old.memory["bursts"]
     assert b["fp_divsqrt"].tolist() == [2] and b["fp_recurrence"].tolist() == [-1]
@@ -117,3 +117,21 @@ def test_events_with_impossible_values_are_refused_by_name(tmp_path, column, val
         load_signature(tmp_path / "s")
     save_signature(sig, tmp_path / "ok")
     assert len(load_signature(tmp_path / "ok").events) == len(ev)  # the clean one loads
+
+
+def test_version_3_signature_has_no_burst_functions_and_convolves_bursts_whole(tmp_path):
+    """Version 4 adds memory.npz's burst_functions; a version-3 file (without) loads, its bursts
+    are convolved as one (pmac.phases finds no rows), and saved again it is version 4."""
+    from pmac.phases import phases_of
+
+    mem = memory_tables([dict(rank=0, seq=1, loads=10, load_bytes=80, fp_scalar=5, flop=5.0)],
+                        [dict(rank=0, seq=1, access=0, counts={0: 10})])
+    sig = dataclasses.replace(pingpong_signature(n_iter=1), memory=mem)
+    save_signature(sig, tmp_path / "v3")
+    y = tmp_path / "v3" / "signature.yaml"
+    y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 3"))
+    old = load_signature(tmp_path / "v3")
+    assert "burst_functions" not in old.memory
+    assert phases_of(old.memory, burst_arrays(old.memory)) is None
+    save_signature(old, tmp_path / "again")
+    assert "schema_version: 4" in (tmp_path / "again" / "signature.yaml").read_text()

@@ -152,17 +152,70 @@ static inline void acc_push(ULong w) {
     acc_total++;
 }
 
-/* Add a segment's executions since its last sync to the counters of its epoch and function. */
+/* Counters per (burst, function): the functions a burst runs one after another each get their
+ * own overlap of memory and compute in the convolver (pmac.phases). Entries in creation order;
+ * an open-addressing table on (burst, function id) holds entry index + 1 (0: free slot). */
+typedef struct { Long burst, fn; Counters c; } BurstFn;
+static BurstFn *bf;
+static Long n_bf, cap_bf;
+static Long *bf_slot;
+static ULong bf_mask;
+
+static ULong bf_hash(Long bi, Long fn) {
+    ULong h = (ULong)bi * 0x9E3779B97F4A7C15ULL ^ (ULong)fn * 0xC2B2AE3D27D4EB4FULL;
+    return h ^ (h >> 29);
+}
+
+static Counters *bf_counters(Long bi, Long fn) {
+    if (2 * (ULong)(n_bf + 1) > bf_mask + 1) {   /* keep the table at most half full */
+        ULong size = bf_slot ? 2 * (bf_mask + 1) : 4096;
+        Long *slot = VG_(calloc)("pmac.bfslot", size, sizeof(Long));
+        for (Long k = 0; k < n_bf; k++) {
+            ULong i = bf_hash(bf[k].burst, bf[k].fn) & (size - 1);
+            while (slot[i]) i = (i + 1) & (size - 1);
+            slot[i] = k + 1;
+        }
+        if (bf_slot) VG_(free)(bf_slot);
+        bf_slot = slot;
+        bf_mask = size - 1;
+    }
+    ULong i = bf_hash(bi, fn) & bf_mask;
+    for (; bf_slot[i]; i = (i + 1) & bf_mask) {
+        BurstFn *e = &bf[bf_slot[i] - 1];
+        if (e->burst == bi && e->fn == fn) return &e->c;
+    }
+    if (n_bf == cap_bf) {
+        cap_bf = cap_bf ? 2 * cap_bf : 4096;
+        bf = VG_(realloc)("pmac.bf", bf, cap_bf * sizeof(BurstFn));
+    }
+    VG_(memset)(&bf[n_bf], 0, sizeof(BurstFn));
+    bf[n_bf].burst = bi;
+    bf[n_bf].fn = fn;
+    bf_slot[i] = ++n_bf;
+    return &bf[n_bf - 1].c;
+}
+
+static void seg_add(ULong *dst, const Seg *s, ULong n) {
+    const ULong *v = s->v;
+    for (Int k = 0; k <= C_BRANCHES; k++) dst[k] += n * v[k];
+    dst[C_DEP_SUM] += n * v[C_DEP_SUM];
+    dst[C_DEP_N] += n * v[C_DEP_N];
+    dst[C_RECUR] += n * v[C_RECUR];
+    dst[C_BRANCH_MISS] += s->miss;
+}
+
+/* Add a segment's executions since its last sync to the counters of its epoch (a burst, or
+ * code outside bursts), of its function, and of the pair (burst, function). */
 static void seg_fold(Seg *s) {
     ULong n = s->n;
     if (n) {
         Long bi = epoch_burst[s->epoch];
-        ULong *b = bi < 0 ? mpi_c.v : bursts[bi].c.v, *f = s->fn->v, *v = s->v;
-        for (Int k = 0; k <= C_BRANCHES; k++) { b[k] += n * v[k]; f[k] += n * v[k]; }
-        b[C_DEP_SUM] += n * v[C_DEP_SUM]; f[C_DEP_SUM] += n * v[C_DEP_SUM];
-        b[C_DEP_N] += n * v[C_DEP_N]; f[C_DEP_N] += n * v[C_DEP_N];
-        b[C_RECUR] += n * v[C_RECUR]; f[C_RECUR] += n * v[C_RECUR];
-        b[C_BRANCH_MISS] += s->miss; f[C_BRANCH_MISS] += s->miss;
+        seg_add(bi < 0 ? mpi_c.v : bursts[bi].c.v, s, n);
+        seg_add(s->fn->v, s, n);
+        if (bi >= 0) {
+            const Fn *owner = (const Fn *)((const HChar *)s->fn - __builtin_offsetof(Fn, c));
+            seg_add(bf_counters(bi, owner->id)->v, s, n);
+        }
     }
     s->n = s->miss = 0;
 }
@@ -765,6 +818,16 @@ static void pm_post_clo_init(void) {
     VG_(atfork)(NULL, NULL, pm_fork_child);
 }
 
+static void write_all(Int fd, const void *buf, Long len) {
+    const HChar *p = buf;
+    while (len > 0) {
+        Int k = VG_(write)(fd, p, len > (1 << 30) ? (1 << 30) : len);
+        if (k <= 0) return;    /* the reader finds the file short */
+        p += k;
+        len -= k;
+    }
+}
+
 static void pm_fini(Int exitcode) {
     if (is_fork_child) return;
     for (Seg *s = all_segs; s; s = s->next) seg_fold(s);
@@ -781,14 +844,13 @@ static void pm_fini(Int exitcode) {
         UInt version, n_counters, hash_bits, threshold;
         Int pid;
         UInt flags;
-        Long n_bursts, n_functions, n_acc_words;
-        HChar pad[8];
+        Long n_bursts, n_functions, n_acc_words, n_burst_functions;
     } h;
     VG_(memset)(&h, 0, sizeof h);
     VG_(memcpy)(h.magic, "PMACVGS1", 8);
-    h.version = 3; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
+    h.version = 4; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
     h.pid = VG_(getpid)(); h.flags = flags;
-    h.n_bursts = n_bursts; h.n_functions = n_fns; h.n_acc_words = acc_total;
+    h.n_bursts = n_bursts; h.n_functions = n_fns; h.n_acc_words = acc_total; h.n_burst_functions = n_bf;
     VG_(write)(fd, &h, sizeof h);
     VG_(write)(fd, &mpi_c, sizeof mpi_c);
     for (Long b = 0; b < n_bursts; b++) VG_(write)(fd, &bursts[b], sizeof(Burst));
@@ -798,6 +860,7 @@ static void pm_fini(Int exitcode) {
         VG_(write)(fd, f->obj, NAME_LEN);
         VG_(write)(fd, &f->c, sizeof f->c);
     }
+    write_all(fd, bf, n_bf * (Long)sizeof(BurstFn));
     VG_(write)(fd, "PMACEND1", 8);
     VG_(close)(fd);
 }
