@@ -271,3 +271,19 @@ def test_bench_accuracy_probe_now_fails_cleanly_after_saving_the_runs(built, tmp
     r = subprocess.run(bench + ["--measured", str(saved), "--probe-now", str(tmp_path)], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "--probe-now probes during a measurement" in r.stderr
+
+
+def test_bench_accuracy_warns_when_the_traced_bursts_miss_the_runs():
+    """bench/accuracy: a traced-burst replay far from the native runs (mean absolute error over
+    15 %) means the signatures describe another state of the machine: the script says so and
+    names the worst case; within 15 % it says nothing."""
+    import pandas as pd
+    import runpy
+
+    warn = runpy.run_path(str(EX.parent / "bench" / "accuracy"), run_name="bench_accuracy")["stale_bursts_warning"]
+    df = pd.DataFrame({"case": ["a", "b", "c"], "replay_error_pct": [4.0, -10.0, 20.0]})
+    assert warn(df) is None                                        # mean 11.3 %
+    df.loc[2, "replay_error_pct"] = 149.0
+    msg = warn(df)
+    assert msg.startswith("warning: the signatures' traced bursts replay 54.3 % off these runs (mean absolute; "
+                          "c +149.0 %)") and "python bench/make_signatures" in msg
