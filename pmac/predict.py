@@ -229,7 +229,8 @@ def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], activ
     signature's bursts as arrays when already built."""
     ba = burst_arrays(sig.memory) if ba is None else ba
     ms = [machine_coeffs(p, active_cores=a) for p, a in zip(profiles, active_cores)]
-    res, _, _ = convolve_phases(ba, phases_of(sig.memory, ba), ms)
+    ph = phases_of(sig.memory, ba)
+    res, _, _ = convolve_phases(ba, ph, ms)
     ev = sig.events
     idx, untraced = event_bursts(ba, ev)
     found = idx >= 0
@@ -237,7 +238,9 @@ def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], activ
     out[:, found] = res.time_s[:, idx[found]]
     n_untraced = len(np.unique(ev["rank"].to_numpy()[untraced]))
     diag = dict(n_untraced_ranks=n_untraced, n_events_without_burst=int((~found).sum()),
-                n_borrowed_hist=ba.n_borrowed_hist,
+                n_borrowed_hist=ba.n_borrowed_hist, n_bursts=ba.n_bursts,
+                n_phased=0 if ph is None else len(np.unique(ph.burst)),
+                split_recorded="burst_functions" in sig.memory,
                 memory_s=res.memory_s.sum(axis=1), compute_s=res.compute_s.sum(axis=1),
                 coeff_notes=[m.notes for m in ms])
     return out, diag
@@ -289,6 +292,12 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             notes.append(f"{diag['n_events_without_burst']} event(s) have no memory burst: no compute before them")
         if diag["n_borrowed_hist"]:
             notes.append(f"{diag['n_borrowed_hist']} burst(s) had an empty sampled histogram and use their rank's")
+        if diag["n_phased"]:
+            notes.append(f"{diag['n_phased']} of {diag['n_bursts']} burst(s) run several functions one after another: "
+                         "priced function by function (pmac.phases)")
+        elif not diag["split_recorded"]:
+            notes.append("the memory signature does not split bursts by function (traced before signature version 4): "
+                         "each burst is priced as one; pmac trace --memory again to split them")
         for p, cn in zip(profiles, diag["coeff_notes"]):
             notes += [f"{p.name}: {x}" for x in cn]
     else:

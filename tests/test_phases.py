@@ -89,3 +89,21 @@ def test_rows_of_a_burst_not_in_the_signature_are_refused():
     mem["burst_functions"] = pd.concat([bf, bf.iloc[[1]]], ignore_index=True)
     with pytest.raises(ValueError, match="function 'chain' of burst .* appears twice"):
         check_tables(mem)
+
+
+def test_predict_says_how_many_bursts_it_priced_by_function():
+    from pmac.predict import predict
+    from synth import pingpong_signature
+
+    mem = _memory()
+    sig = pingpong_signature(n_iter=1, memory=mem)
+    prof = two_level_profile(beta=0.5, dep=False, branch=False)
+    notes = predict(sig, [prof]).notes
+    assert "1 of 2 burst(s) run several functions one after another: priced function by function (pmac.phases)" in notes
+    old = pingpong_signature(n_iter=1, memory={k: v for k, v in mem.items() if k != "burst_functions"})
+    assert any(n.startswith("the memory signature does not split bursts by function") for n in predict(old, [prof]).notes)
+    # each rank's compute: the burst before its SEND (seq 1, by function: 27.22 us) and before
+    # its RECV (seq 2, whole: 24.52 us); rank 1, untraced, takes rank 0's
+    pr = predict(sig, [prof]).per_rank.set_index("rank")
+    assert pr.loc[0, "compute_s"] == pytest.approx((27.22 + 24.52) * US, rel=1e-6)
+    assert pr.loc[1, "compute_s"] == pytest.approx((27.22 + 24.52) * US, rel=1e-6)
