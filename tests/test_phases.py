@@ -107,3 +107,16 @@ def test_predict_says_how_many_bursts_it_priced_by_function():
     pr = predict(sig, [prof]).per_rank.set_index("rank")
     assert pr.loc[0, "compute_s"] == pytest.approx((27.22 + 24.52) * US, rel=1e-6)
     assert pr.loc[1, "compute_s"] == pytest.approx((27.22 + 24.52) * US, rel=1e-6)
+
+
+def test_overlap_calibration_fits_beta_on_the_sums_over_functions():
+    """pmac.overlap.fit_beta takes a burst's max_s / min_s (summed over its functions) where the
+    samples carry them: one application whose bursts sum to max 10, min 4, measured 12 gives
+    beta = (12 - 10) / 4 = 0.5; from memory_s and compute_s alone (max 7, min 6) it would be
+    (12 - 7) / 6."""
+    from pmac.overlap import fit_beta
+
+    df = pd.DataFrame(dict(app="a", case="a", rank=0, seq=[1, 2], memory_s=[4.0, 3.0], compute_s=[3.0, 3.0],
+                           max_s=[6.0, 4.0], min_s=[1.0, 3.0], measured_s=[7.0, 5.0]))
+    assert fit_beta(df)[0] == pytest.approx(0.5, rel=1e-12)
+    assert fit_beta(df.drop(columns=["max_s", "min_s"]))[0] == pytest.approx(5 / 6, rel=1e-12)
