@@ -174,7 +174,8 @@ def check_tables(tables: dict) -> None:
     """Raise ValueError (one line: table, column, what is wrong) where memory-signature tables
     hold values no reader can use: reuse bins outside 0..COLD_BIN, access other than load/store,
     line sizes that are not powers of two >= 32 bytes, negative or non-finite counts, burst keys
-    (rank, seq) that repeat, sampling fractions outside (0, 1]. Column sets and dtypes are
+    (rank, seq) that repeat, sampling fractions outside (0, 1], burst_functions rows that repeat a
+    (rank, seq, function) or name a burst the bursts table lacks. Column sets and dtypes are
     checked by pmac.table on load."""
     r = tables.get("reuse")
     if r is not None and len(r):
