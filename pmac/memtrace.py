@@ -314,13 +314,9 @@ def burst_functions(rank: int, o: ToolOutput, min_share: float = BURST_FUNCTION_
 
     df.loc[shares(df) < min_share, "function"] = OTHER_FUNCTIONS
     df = df.groupby(["burst", "function"], as_index=False, sort=True)[list(COUNTERS)].sum()
-    other = (df["function"] == OTHER_FUNCTIONS).to_numpy()
-    minor = other & (shares(df) < min_share)
-    named = pd.Series(~other).groupby(df["burst"].to_numpy()).transform("sum").to_numpy()
-    rows = df.groupby("burst")["function"].transform("size").to_numpy()
-    one = (rows == 1) | ((named == 1) & pd.Series(minor).groupby(df["burst"].to_numpy()).transform("any").to_numpy()
-                         & (rows == 2))
-    df = df[~one]
+    # rows that count: every named function, and the other code when it is not minor itself
+    counts = (df["function"] != OTHER_FUNCTIONS) | (shares(df) >= min_share)
+    df = df[counts.groupby(df["burst"]).transform("sum") >= 2]
     d = _derived(df[list(COUNTERS)].to_numpy(np.uint64))
     return BURST_FUNCTIONS.coerce(pd.DataFrame({
         "rank": np.full(len(df), rank, np.int32), "seq": o.burst_seq[df["burst"].to_numpy()],

@@ -110,11 +110,11 @@ def convolve_phases(ba: BurstArrays, phases: Phases | None, machines: Sequence[M
     c_rows = rr.compute_s
     beta = np.array([mc.beta for mc in machines])[:, None]
     has = np.bincount(b, minlength=n_b) > 0
-    time_s, compute_s = res.time_s.copy(), c.copy()
+    compute_s = c.copy()
     for p in range(n_p):
         sx = np.bincount(b, weights=np.maximum(m_rows[p], c_rows[p]), minlength=n_b)
         sn = np.bincount(b, weights=np.minimum(m_rows[p], c_rows[p]), minlength=n_b)
         mx[p, has], mn[p, has] = sx[has], sn[has]
         compute_s[p, has] = np.bincount(b, weights=c_rows[p], minlength=n_b)[has]
-    time_s[:, :] = np.where(has[None, :], mx + beta * mn, time_s)
+    time_s = np.where(has[None, :], mx + beta * mn, res.time_s)
     return dataclasses.replace(res, time_s=time_s, compute_s=compute_s), mx, mn

@@ -42,6 +42,15 @@ def kernels(tmp_path_factory, cache):
     return exe, load_signature(sig)
 
 
+def _build_c(tmp_path: Path, name: str, source: str, *flags: str, libs: tuple[str, ...] = ()) -> Path:
+    """Compile the C ``source`` into ``tmp_path / name`` with gcc ``flags``; the executable."""
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    exe = tmp_path / name
+    subprocess.run(["gcc", *flags, "-o", str(exe), str(src), *libs], check=True)
+    return exe
+
+
 def _fn(sig, name):
     f = sig.memory["functions"]
     row = f[f["function"] == name]
@@ -187,13 +196,11 @@ def test_missing_valgrind_names_the_package(monkeypatch):
 
 
 def test_avx512_program_is_refused_with_advice(tmp_path, cache):
-    src = tmp_path / "a.c"
     # one AVX-512 instruction (the assembler takes it whatever the host CPU)
-    src.write_text('#include <stdio.h>\nint main(void) {\n'
-                   '  __asm__ volatile("vpxorq %%zmm1, %%zmm1, %%zmm1" ::: "xmm1");\n'
-                   '  puts("ok"); return 0; }\n')
-    exe = tmp_path / "a"
-    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    source = ('#include <stdio.h>\nint main(void) {\n'
+              '  __asm__ volatile("vpxorq %%zmm1, %%zmm1, %%zmm1" ::: "xmm1");\n'
+              '  puts("ok"); return 0; }\n')
+    exe = _build_c(tmp_path, "a", source, "-O1")
     with pytest.raises(InputError, match="AVX-512.*baseline ISA"):
         run_under_tool([str(exe)], tmp_path / "run")
 
@@ -225,14 +232,12 @@ def test_mpi_program_bursts_join_the_mpi_trace(tmp_path, cache):
 
 
 def test_forked_child_leaves_the_parents_files_intact(tmp_path, cache):
-    src = tmp_path / "f.c"
-    src.write_text("#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n#include <sys/wait.h>\n"
-                   "int main(void) { static double a[100000]; double s = 0;\n"
-                   "  pid_t p = fork(); for (int i = 0; i < 100000; i++) a[i] = i;\n"
-                   "  if (p == 0) _exit(0);\n  waitpid(p, NULL, 0);\n"
-                   "  for (int i = 0; i < 100000; i++) s += a[i];\n  printf(\"%f\\n\", s); return 0; }\n")
-    exe = tmp_path / "f"
-    subprocess.run(["gcc", "-O1", "-o", str(exe), str(src)], check=True)
+    source = ("#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n#include <sys/wait.h>\n"
+              "int main(void) { static double a[100000]; double s = 0;\n"
+              "  pid_t p = fork(); for (int i = 0; i < 100000; i++) a[i] = i;\n"
+              "  if (p == 0) _exit(0);\n  waitpid(p, NULL, 0);\n"
+              "  for (int i = 0; i < 100000; i++) s += a[i];\n  printf(\"%f\\n\", s); return 0; }\n")
+    exe = _build_c(tmp_path, "f", source, "-O1")
     run = run_under_tool([str(exe)], tmp_path / "run", sample_rate=1.0)
     o = read_tool_output(run.files[0])   # neither truncated nor mixed with the child's accesses
     assert run.returncode == 0 and o.bursts[0, 1] >= 100000 and o.bursts[0, 2] >= 100000
@@ -279,17 +284,15 @@ def test_other_threads_belong_to_no_burst(tmp_path, cache):
     """Issue 4: a helper thread's work (an MPI progress thread, a BLAS worker) must not land in
     the main thread's burst: its instructions go to the outside-bursts counters and its accesses
     are not sampled."""
-    src = tmp_path / "t.c"
-    src.write_text("#include <pthread.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
-                   "static double a[100000], *b;\n"
-                   "static void *worker(void *x) { for (int i = 0; i < 400000; i++) b[i] = i; return x; }\n"
-                   "int main(int argc, char **argv) { pthread_t t; double s = 0; b = malloc(400000 * sizeof *b);\n"
-                   "  if (argc > 1) pthread_create(&t, NULL, worker, NULL);\n"
-                   "  for (int i = 0; i < 100000; i++) a[i] = i;\n"
-                   "  if (argc > 1) pthread_join(t, NULL);\n"
-                   "  for (int i = 0; i < 100000; i++) s += a[i];\n  printf(\"%f %f\\n\", s, argc > 1 ? b[7] : 0.0); return 0; }\n")
-    exe = tmp_path / "t"
-    subprocess.run(["gcc", "-O1", "-fno-tree-vectorize", "-pthread", "-o", str(exe), str(src)], check=True)
+    source = ("#include <pthread.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+              "static double a[100000], *b;\n"
+              "static void *worker(void *x) { for (int i = 0; i < 400000; i++) b[i] = i; return x; }\n"
+              "int main(int argc, char **argv) { pthread_t t; double s = 0; b = malloc(400000 * sizeof *b);\n"
+              "  if (argc > 1) pthread_create(&t, NULL, worker, NULL);\n"
+              "  for (int i = 0; i < 100000; i++) a[i] = i;\n"
+              "  if (argc > 1) pthread_join(t, NULL);\n"
+              "  for (int i = 0; i < 100000; i++) s += a[i];\n  printf(\"%f %f\\n\", s, argc > 1 ? b[7] : 0.0); return 0; }\n")
+    exe = _build_c(tmp_path, "t", source, "-O1", "-fno-tree-vectorize", "-pthread")
     alone = read_tool_output(run_under_tool([str(exe)], tmp_path / "a", sample_rate=1.0).files[0])
     both = read_tool_output(run_under_tool([str(exe), "x"], tmp_path / "b", sample_rate=1.0).files[0])
     from pmac.memtrace import COUNTERS
@@ -421,19 +424,17 @@ def test_divides_and_square_roots_are_counted(tmp_path, cache):
     convolver prices apart (probes/compute.py divsqrt)."""
     from pmac.memtrace import COUNTERS
 
-    src = tmp_path / "d.c"
-    src.write_text("#include <immintrin.h>\n#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
-                   "__attribute__((noinline)) double inv_cube(const double *v, int n) {\n"
-                   "  double s = 0; for (int i = 0; i < n; i++) s += 1.0 / (v[i] * sqrt(v[i])); return s; }\n"
-                   "__attribute__((noinline)) void div256(double *a, const double *b, int n) {\n"
-                   "  for (int i = 0; i < n; i += 4)\n"
-                   "    _mm256_storeu_pd(a + i, _mm256_div_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(b + i))); }\n"
-                   "int main(int argc, char **argv) { int n = atoi(argv[1]);\n"
-                   "  double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);\n"
-                   "  for (int i = 0; i < n; i++) { a[i] = 1.0 + i; b[i] = 2.0; }\n"
-                   "  double s = inv_cube(a, n); div256(a, b, n); printf(\"%f %f\\n\", s, a[7]); return 0; }\n")
-    exe = tmp_path / "d"
-    subprocess.run(["gcc", "-O2", "-mavx2", "-fno-tree-vectorize", "-o", str(exe), str(src), "-lm"], check=True)
+    source = ("#include <immintrin.h>\n#include <math.h>\n#include <stdio.h>\n#include <stdlib.h>\n"
+              "__attribute__((noinline)) double inv_cube(const double *v, int n) {\n"
+              "  double s = 0; for (int i = 0; i < n; i++) s += 1.0 / (v[i] * sqrt(v[i])); return s; }\n"
+              "__attribute__((noinline)) void div256(double *a, const double *b, int n) {\n"
+              "  for (int i = 0; i < n; i += 4)\n"
+              "    _mm256_storeu_pd(a + i, _mm256_div_pd(_mm256_loadu_pd(a + i), _mm256_loadu_pd(b + i))); }\n"
+              "int main(int argc, char **argv) { int n = atoi(argv[1]);\n"
+              "  double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);\n"
+              "  for (int i = 0; i < n; i++) { a[i] = 1.0 + i; b[i] = 2.0; }\n"
+              "  double s = inv_cube(a, n); div256(a, b, n); printf(\"%f %f\\n\", s, a[7]); return 0; }\n")
+    exe = _build_c(tmp_path, "d", source, "-O2", "-mavx2", "-fno-tree-vectorize", libs=("-lm",))
     n = 4000
     o = read_tool_output(run_under_tool([str(exe), str(n)], tmp_path / "run").files[0])
     k = COUNTERS.index("fp_divsqrt")
@@ -452,8 +453,7 @@ def test_loop_carried_fp_chains_are_counted(tmp_path, cache):
     carries two."""
     from pmac.memtrace import COUNTERS
 
-    src = tmp_path / "r.c"
-    src.write_text(
+    source = (
         "#include <stdio.h>\n#include <stdlib.h>\n"
         "__attribute__((noinline)) double dot(const double *a, const double *b, int n) {\n"
         "  double s = 0; for (int i = 0; i < n; i++) s += a[i] * b[i]; return s; }\n"
@@ -469,9 +469,8 @@ def test_loop_carried_fp_chains_are_counted(tmp_path, cache):
         "  for (int i = 0; i < n; i++) { a[i] = 1.0 + i; b[i] = 2.0; c[i] = 0.5; }\n"
         "  double s = dot(a, b, n); triad(a, b, c, n); s += dot2(a, b, n) + affine(0.999, 1e-3, n);\n"
         "  printf(\"%f\\n\", s); return 0; }\n")
-    exe = tmp_path / "r"
     # no FMA contraction, no vectorisation: the chains are the C source's
-    subprocess.run(["gcc", "-O2", "-fno-tree-vectorize", "-ffp-contract=off", "-o", str(exe), str(src)], check=True)
+    exe = _build_c(tmp_path, "r", source, "-O2", "-fno-tree-vectorize", "-ffp-contract=off")
     n = 20000
     o = read_tool_output(run_under_tool([str(exe), str(n)], tmp_path / "run").files[0])
     k = COUNTERS.index("fp_recurrence")
@@ -490,8 +489,7 @@ def test_counters_per_burst_and_function(tmp_path, cache):
     '(other)' row."""
     from pmac.memsig import OTHER_FUNCTIONS
 
-    src = tmp_path / "p.c"
-    src.write_text(
+    source = (
         "#include <stdio.h>\n#include <stdlib.h>\n#include <valgrind/valgrind.h>\n"
         "#define ENTER(s) VALGRIND_DO_CLIENT_REQUEST_STMT(VG_USERREQ_TOOL_BASE('P', 'M') + 0, (s), 0, 0, 0, 0)\n"
         "#define EXIT(s) VALGRIND_DO_CLIENT_REQUEST_STMT(VG_USERREQ_TOOL_BASE('P', 'M') + 1, (s), 0, 0, 0, 0)\n"
@@ -507,8 +505,7 @@ def test_counters_per_burst_and_function(tmp_path, cache):
         "  s += chain(s, n);\n"
         "  ENTER(2); EXIT(2);\n"
         "  printf(\"%f\\n\", s); return 0; }\n")
-    exe = tmp_path / "p"
-    subprocess.run(["gcc", "-O2", "-fno-tree-vectorize", "-ffp-contract=off", "-o", str(exe), str(src)], check=True)
+    exe = _build_c(tmp_path, "p", source, "-O2", "-fno-tree-vectorize", "-ffp-contract=off")
     n = 20000
     sig = load_signature(trace_memory([str(exe), str(n)], tmp_path / "sig", sample_rate=1.0))
     bf = sig.memory["burst_functions"]

@@ -89,6 +89,11 @@ typedef struct Fn {
     Long id;        /* creation order = order in the output file = the id in access words */
 } Fn;
 
+/* The function whose counters ``c`` are (segments and the instrumentation hold the counters). */
+static const Fn *fn_of(const Counters *c) {
+    return (const Fn *)((const HChar *)c - __builtin_offsetof(Fn, c));
+}
+
 /* A segment's run-time fields come first: the instrumentation updates them inline (IR loads
  * and stores at fixed addresses, no helper call); seg_sync folds them into the counters of the
  * burst they belong to when the accounting epoch changes (burst cut, MPI call, thread switch). */
@@ -212,10 +217,7 @@ static void seg_fold(Seg *s) {
         Long bi = epoch_burst[s->epoch];
         seg_add(bi < 0 ? mpi_c.v : bursts[bi].c.v, s, n);
         seg_add(s->fn->v, s, n);
-        if (bi >= 0) {
-            const Fn *owner = (const Fn *)((const HChar *)s->fn - __builtin_offsetof(Fn, c));
-            seg_add(bf_counters(bi, owner->id)->v, s, n);
-        }
+        if (bi >= 0) seg_add(bf_counters(bi, fn_of(s->fn)->id)->v, s, n);
     }
     s->n = s->miss = 0;
 }
@@ -633,7 +635,7 @@ static Seg *new_seg(Counters *fn) {
 }
 
 static void sample_access(IRSB *out, IRExpr *addr, Int is_store, Counters *fn) {
-    Fn *owner = (Fn *)((HChar *)fn - __builtin_offsetof(Fn, c));
+    const Fn *owner = fn_of(fn);
     ULong id = (ULong)owner->id < FN_ID_MAX ? (ULong)owner->id : FN_ID_MAX;
     IRTemp line = newIRTemp(out->tyenv, Ity_I64);
     IRTemp h = newIRTemp(out->tyenv, Ity_I64);
