@@ -64,9 +64,10 @@ Several machines: :class:`Replayer` prepares a trace once and replays it on each
 network, placement, bursts and options), redoing only the per-call link constants; results equal
 :func:`replay`'s, which is a one-machine Replayer.
 
-Memory: two records per event (56 bytes with 32-bit indices, pmac.replay_core.event_dtypes) and
-one index per request row (with ``options.timeline`` one end time per event too); no per-event
-Python objects.
+Memory: two records per event (40 bytes with 32-bit indices, pmac.replay_core.event_dtypes), one
+index per request row, with ``options.critical_path`` (default) one partner index per event, with
+``options.timeline`` one end time per event; the bursts are read from the caller's column; no
+per-event Python objects.
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ class ReplayOptions:
     rendezvous_handshake: bool = True
     #: keep every call's start and end time
     timeline: bool = False
+    #: walk the critical path (``ReplayResult.critical_rank_s``); off, the core skips its record
+    #: of the partner each call waited for (4 bytes an event, written for every call)
+    critical_path: bool = True
 
     def __post_init__(self):
         if (self.contention or self.route_timing) and self.topology is None:
@@ -122,7 +126,7 @@ class ReplayResult:
     finish_s``. With ``options.timeline``: ``event_rank``, ``event_seq``, ``event_op``,
     ``start_s``, ``end_s`` per call, sorted by (rank, seq). ``critical_rank_s[r]`` is the time the
     critical path (walked back from the last rank to finish, jumping to the partner a call waited
-    for) spends on rank r; it sums to the makespan.
+    for) spends on rank r; it sums to the makespan (None with ``options.critical_path`` off).
     """
 
     n_ranks: int
@@ -131,7 +135,7 @@ class ReplayResult:
     compute_s: np.ndarray
     comm_s: np.ndarray
     wait_s: np.ndarray
-    critical_rank_s: np.ndarray
+    critical_rank_s: np.ndarray | None
     event_rank: np.ndarray | None = None
     event_seq: np.ndarray | None = None
     event_op: np.ndarray | None = None
@@ -320,7 +324,7 @@ class _Prepared:
     node_of_rank: np.ndarray
     n_messages: int
     #: the per-event records (pmac.replay_core.event_dtypes) the per-event arrays above are views
-    #: of; also post_t, arrival, cause for the core
+    #: of; also post_t and arrival for the core
     rec: np.ndarray
     #: per rank: sum of bursts, bytes sent, bytes received through matched messages
     totals: np.ndarray
@@ -465,8 +469,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     rec_dt, pair_dt = core.event_dtypes(narrow)
     rec = np.empty(n + 1, rec_dt)  # +1: sentinel event that never posts (missing collective member)
     pairs = np.empty(n, pair_dt)
-    burst_in = burst
-    kind, sflag, wire, burst = rec["kind"][:n], rec["sflag"][:n], rec["wire"][:n], rec["burst"][:n]
+    kind, sflag, wire = rec["kind"][:n], rec["sflag"][:n], rec["wire"][:n]
     psend, precv = pairs["psend"], pairs["precv"]
     wreq_off = rec["wreq_off"]
     wreq_buf = np.empty(req_cols[0].size, np.int32 if narrow else np.int64)  # numpy's: huge pages
@@ -478,7 +481,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
             cols["op"], rank, dest, source, comm, cols["send_tag"], cols["recv_tag"], sbytes, burst_in, cols["request"],
             cols["req_offset"], cols["n_requests"], *req_cols, requests is not None,
             bool(any_tag_count[_RECEIVE_OPS].any()) and not link_only, n_ranks, _KIND, _MODE,
-            node, nf, ni, kind, sflag, wire, burst, rec["post_t"], rec["arrival"], psend, precv, wreq_off,
+            node, nf, ni, kind, sflag, wire, rec["post_t"], rec["arrival"], psend, precv, wreq_off,
             wreq_buf, coll, tot[0], tot[1], tot[2], cap_m, cap_w, link_only)
 
     def check(err, e):
@@ -502,7 +505,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
             raise InputError(f"events: a preparation table outgrew its limit at {where_str(e)} (error {err})")
 
     n_messages, n_wreq, n_coll, err, e = passes.with_retry(
-        lambda cap_m, cap_w: run_pass(burst_in, node_of_rank, nf, ni, totals, cap_m, cap_w),
+        lambda cap_m, cap_w: run_pass(burst, node_of_rank, nf, ni, totals, cap_m, cap_w),
         *(caps or (_pow2_at_least(8 * n_ranks + 64), 256)))
     check(err, e)
     wreq_ev = wreq_buf[:n_wreq]
@@ -603,11 +606,11 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
         tot2[2] = totals[2]   # bytes received through matched messages: the matching is kept
         table2, extra2 = _collective_tables(network2, options2, inst_op, i_members, inst_bytes, inst_ev, inst_off,
                                             rank, node2)
-        return dataclasses.replace(base, nf=nf2, ni=ni2, node_of_rank=node2, totals=tot2, inst_table_s=table2,
+        return dataclasses.replace(base, burst=b, nf=nf2, ni=ni2, node_of_rank=node2, totals=tot2, inst_table_s=table2,
                                    inst_extra_s=extra2)
 
     # relink takes the prepared trace as an argument: a closure over it would make a reference
-    # cycle, and the records (~60 bytes an event) would wait for the cyclic garbage collector
+    # cycle, and the records (~44 bytes an event) would wait for the cyclic garbage collector
     return _Prepared(n_ranks=n_ranks, rank=rank, seq=seq, op=op, rank_off=rank_off, kind=kind,
                      burst=burst, sbytes=sbytes, dest=dest, sflag=sflag, wire=wire, nf=nf, ni=ni,
                      psend=psend, precv=precv, wreq_off=wreq_off, wreq_ev=np.ascontiguousarray(wreq_ev),
@@ -732,7 +735,7 @@ def _run(prep: _Prepared, options: ReplayOptions, progress) -> ReplayResult:
     n = prep.kind.size
     post_t = prep.rec["post_t"]   # NaN until posted (pmac.replay_passes.prepare_events)
     arrival = prep.rec["arrival"]
-    cause = prep.rec["cause"]
+    cause = np.empty(n if options.critical_path else 0, prep.wreq_off.dtype)
     end_t = np.full(n + 1 if options.timeline else 1, np.nan)
     p = prep.n_ranks
     comm_out = np.zeros(p)
@@ -753,7 +756,7 @@ def _run(prep: _Prepared, options: ReplayOptions, progress) -> ReplayResult:
         raise ReplayError(_deadlock_message(prep, ptr, bk, bw))
     compute, sent, received = prep.totals
     finish = clock.copy()
-    crit = _critical(prep, post_t, cause, finish)
+    crit = _critical(prep, post_t, cause, finish) if options.critical_path else None
     first = prep.first_of
     res = dict(n_ranks=p, n_events=n if first is None else first.size, finish_s=finish, compute_s=compute,
                comm_s=comm_out, wait_s=wait_out,

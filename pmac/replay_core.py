@@ -42,11 +42,14 @@ def event_dtypes(narrow: bool = True):
     strided views): core loop 7.5-8.3 M events/s on separate arrays, 14.3-15.0 with all fields in
     one record. The partners live in a record of their own because the matching pass follows
     pending sends and receives back through them: inside the 72-byte record its working set grew
-    ninefold and the pass took 0.6 s instead of 0.13."""
+    ninefold and the pass took 0.6 s instead of 0.13. The bursts stay in the caller's column (a
+    rank reads it in order) and the critical path's partner per call in an array of its own,
+    written only when asked (pmac.replay.ReplayOptions.critical_path): a 32-byte record instead of
+    48, and a first call on a fresh trace (bench/replay, its memory not yet touched) 1.24 s ->
+    1.00-1.03 s on the dev VM, the preparation pass 0.62 s -> 0.40-0.42 s."""
     ix = np.int32 if narrow else np.int64
-    rec = np.dtype([("post_t", np.float64), ("burst", np.float64), ("wire", np.float64),
-                    ("arrival", np.float64), ("cause", ix), ("wreq_off", ix), ("kind", np.int8),
-                    ("sflag", np.int8)], align=True)
+    rec = np.dtype([("post_t", np.float64), ("wire", np.float64), ("arrival", np.float64), ("wreq_off", ix),
+                    ("kind", np.int8), ("sflag", np.int8)], align=True)
     pair = np.dtype([("psend", ix), ("precv", ix)], align=True)
     return rec, pair
 
@@ -393,7 +396,8 @@ def run(nf, ni, rank_off, kind, sflag, wire, sbytes, dest, node_of_rank, rank, b
             comm_out[r] += dur - wt
             if cz >= 0 and rank[cz] == r:
                 cz = -1
-            cause[e] = cz if wt > 0.0 else -1
+            if cause.shape[0]:   # the partner it waited for (critical path), when asked
+                cause[e] = cz if wt > 0.0 else -1
             if want_tl:
                 end_t[e] = end
             clock[r] = end

@@ -89,7 +89,7 @@ OVERFLOW_MATCH, OVERFLOW_HANDLES = 9, 10
 @njit(cache=True)
 def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, burst_in, request, req_offset,
                    n_requests, req_rank, req_handle, req_done, have_requests, any_tag, n_ranks, kind_lut,
-                   mode_lut, node_of_rank, nf, ni, kind, sflag, wire, burst, post_t, arrival, psend, precv, wreq_off,
+                   mode_lut, node_of_rank, nf, ni, kind, sflag, wire, post_t, arrival, psend, precv, wreq_off,
                    wreq_out, coll_out, compute, sent, got, cap_m, cap_w, link_only=False):
     """Everything the core needs of every event, in one pass over the events (ordered by rank,
     then seq); returns (messages matched, request rows resolved, collective calls, error code,
@@ -101,7 +101,7 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
     - Per call: its core ``kind``; ``sflag`` bits (pmac.replay_core): a send that is eager, a send
       to another node, a receive from another node; ``wire``, a send's uncontended wire time
       (pmac.collectives.wire_nodes), set only for sends with a destination; ``post_t`` and
-      ``arrival`` NaN (not yet simulated); the burst copied.
+      ``arrival`` NaN (not yet simulated). The core reads the bursts from ``burst_in`` itself.
     - Matching: the k-th send of (comm, source, dest, tag) to the k-th receive of the same key, in
       event order (MPI's non-overtaking rule); a (comm, source, dest) pair with an MPI_ANY_TAG
       receive ignores tags (``any_tag``: some receive has a negative tag). ``psend`` / ``precv``:
@@ -122,7 +122,7 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
       it posted, ``got`` the bytes it received through matched messages (the conservation check).
 
     ``link_only``: the events were prepared before (for another machine); only the checks, the
-    per-call link constants, the burst copy, the NaN state and ``compute`` / ``sent`` are written
+    per-call link constants, the NaN state and ``compute`` / ``sent`` are written
     again (``got`` is left at 0; matching, waits and the collective list are kept).
     """
     n = op.shape[0]
@@ -193,7 +193,6 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
         o = op[e] & 0xFF
         k = kind_lut[o]
         kind[e] = k
-        burst[e] = bt
         post_t[e] = np.nan
         arrival[e] = np.nan
         if not link_only:

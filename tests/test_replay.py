@@ -821,6 +821,24 @@ def test_wide_event_indices_give_the_same_replay(monkeypatch):
         np.testing.assert_array_equal(getattr(wide, name), getattr(narrow, name))
 
 
+def test_without_the_critical_path_the_replay_is_the_same():
+    """ReplayOptions(critical_path=False) (bench/replay's speed runs) skips the record of what each
+    call waited for: every time per rank and per call equals the default replay's, and
+    critical_rank_s is None rather than zeros that would read as a path."""
+    rng = np.random.default_rng(7)
+    t = random_trace(rng, 5, 12)
+    ev, rq = t.events(), t.requests()
+    burst = rng.uniform(0, 2e-5, len(ev))
+    full = replay(ev, burst, None, net1(), ReplayOptions(timeline=True), requests=rq, n_ranks=5)
+    lean = replay(ev, burst, None, net1(), ReplayOptions(timeline=True, critical_path=False), requests=rq,
+                  n_ranks=5)
+    assert lean.critical_rank_s is None
+    assert full.critical_rank_s.sum() == approx(full.makespan_s) and full.wait_s.sum() > 0
+    for name in ("finish_s", "compute_s", "comm_s", "wait_s", "start_s", "end_s", "sent_bytes", "received_bytes"):
+        np.testing.assert_array_equal(getattr(lean, name), getattr(full, name), err_msg=name)
+    np.testing.assert_allclose(lean.compute_s, np.bincount(ev["rank"], weights=burst, minlength=5), rtol=1e-12)
+
+
 def test_a_replayer_prepares_once_and_replays_each_machine_as_replay_does():
     """pmac.replay.Replayer (pmac.predict: one per signature, every machine) matches the trace once
     and redoes only what depends on the machine: rows out of order, Startall rows expanded,
@@ -874,7 +892,7 @@ def test_a_replayer_prepares_once_and_replays_each_machine_as_replay_does():
 
 
 def test_the_prepared_trace_is_freed_when_replay_returns(monkeypatch):
-    """The records (~60 bytes an event) go with the call, by reference counting: no reference
+    """The records (~44 bytes an event) go with the call, by reference counting: no reference
     cycle leaves them to the cyclic garbage collector (a relink closure over the prepared trace
     once made one)."""
     import gc
