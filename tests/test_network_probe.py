@@ -208,3 +208,30 @@ def test_bench_call_interplay_measures_lateness():
     one = launch_command(1, [sys.executable, str(script)], mpi=find_mpi())
     r1 = subprocess.run(one, capture_output=True, text=True, timeout=120, env=mpi_env())
     assert r1.returncode == 2 and "exactly 2 ranks" in r1.stderr
+
+
+@pytest.mark.requires("mpi")
+def test_bench_collective_check_sets_c_times_beside_the_profile_and_the_replay():
+    """bench/collective_check: every 2-rank intra-node row of devbox that its C program times
+    (barrier; bcast and allreduce of 8 B .. 4 KiB) gets a positive C time; the replay's price is
+    the profile's time or more (the calibrated excess never goes below 0), and replay/C is the
+    quotient of the printed columns."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(repo / "bench" / "collective_check"), "--iters", "300", "--reps", "3"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines()[2:] if ln.strip()]
+    assert sorted((op, int(b)) for op, b, *_ in rows) == sorted(
+        [("barrier", 0)] + [(op, b) for op in ("allreduce", "bcast") for b in (8, 64, 512, 4096)])
+    for op, b, c_us, prof_us, replay_us, ratio in rows:
+        c_us, prof_us, replay_us, ratio = map(float, (c_us, prof_us, replay_us, ratio))
+        assert 0 < c_us < 1e3
+        assert replay_us >= prof_us - 1e-3
+        assert ratio == pytest.approx(replay_us / c_us, rel=0.02, abs=0.01)
+    bad = subprocess.run([sys.executable, str(repo / "bench" / "collective_check"), "--machine", "/nonexistent.yaml"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "nonexistent.yaml" in bad.stderr and "Traceback" not in bad.stderr
