@@ -45,8 +45,9 @@ def event_dtypes(narrow: bool = True):
     ninefold and the pass took 0.6 s instead of 0.13. The bursts stay in the caller's column (a
     rank reads it in order) and the critical path's partner per call in an array of its own,
     written only when asked (pmac.replay.ReplayOptions.critical_path): a 32-byte record instead of
-    48, and a first call on a fresh trace (bench/replay, its memory not yet touched) 1.24 s ->
-    1.00-1.03 s on the dev VM, the preparation pass 0.62 s -> 0.40-0.42 s."""
+    48. bench/replay's first call (its memory not yet touched), three runs alternating with the
+    48-byte version on the dev VM: 1.22-1.31 s -> 1.04-1.13 s; the repeated call and the core loop
+    did not move."""
     ix = np.int32 if narrow else np.int64
     rec = np.dtype([("post_t", np.float64), ("wire", np.float64), ("arrival", np.float64), ("wreq_off", ix),
                     ("kind", np.int8), ("sflag", np.int8)], align=True)
