@@ -170,6 +170,12 @@ _COUNTS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_s
            "branches")
 
 
+def _no_negative(df, table: str, cols) -> None:
+    for col in cols:
+        if (df[col].to_numpy() < 0).any():
+            raise ValueError(f"table '{table}': negative {col}")
+
+
 def check_tables(tables: dict) -> None:
     """Raise ValueError (one line: table, column, what is wrong) where memory-signature tables
     hold values no reader can use: reuse bins outside 0..COLD_BIN, access other than load/store,
@@ -198,9 +204,7 @@ def check_tables(tables: dict) -> None:
             raise ValueError("table 'reuse': seq below -1 (-1 marks per-function rows)")
     b = tables.get("bursts")
     if b is not None and len(b):
-        for col in _COUNTS:
-            if (b[col].to_numpy() < 0).any():
-                raise ValueError(f"table 'bursts': negative {col}")
+        _no_negative(b, "bursts", _COUNTS)
         if b.duplicated(["rank", "seq"]).any():
             k = b[b.duplicated(["rank", "seq"])].iloc[0]
             raise ValueError(f"table 'bursts': burst (rank {int(k['rank'])}, seq {int(k['seq'])}) appears twice")
@@ -209,9 +213,7 @@ def check_tables(tables: dict) -> None:
             raise ValueError("table 'bursts': sample_frac outside (0, 1]")
     bf = tables.get("burst_functions")
     if bf is not None and len(bf):
-        for col in _COUNTS + ("flop",):
-            if (bf[col].to_numpy() < 0).any():
-                raise ValueError(f"table 'burst_functions': negative {col}")
+        _no_negative(bf, "burst_functions", _COUNTS + ("flop",))
         dup = bf.duplicated(["rank", "seq", "function"])
         if dup.any():
             k = bf[dup].iloc[0]
