@@ -6,11 +6,19 @@ each message on the fitted links. The network probe also times the calls themsel
 call costs more than its messages: on the emulated TCP nodes (MPICH 5.0.2, ``machines/emu-tcp``)
 a 2-rank allreduce of 8 B took 22.6 us where the one exchange of recursive doubling is 13.1 us
 on the same links, and the examples that call it once an iteration (cg_mpi4py, stream_mpi,
-stencil2d) were predicted 10-40 % short there; in shared memory the same call is within
-0.2 us of its price (``emu-shm``). The excess is a property of the machine and its MPI library,
-measured by the probe, like a link's ``exchange_excess_s`` (pmac.calibrate_exchange):
+stencil2d) were predicted 10-40 % short there. In shared memory the excess is negative where
+the library's call does not go through its point-to-point path: at MPI_THREAD_SINGLE MPICH 5
+runs intra-node collectives on shared-memory flags, and a 2-rank 8 B allreduce took 0.25 us on
+devbox against 1.3 us for recursive doubling's exchange (at MPI_THREAD_MULTIPLE, mpi4py's
+default, 1.98 us: a profile's network per thread level, ``MachineProfile.network_variants``).
+The excess is a property of the machine and its MPI library, measured by the probe, like a
+link's ``exchange_excess_s`` (pmac.calibrate_exchange):
 
-    excess(op, placement, m) = max(0, measured(op, m) - replayed(op, m))
+    excess(op, placement, m) = measured(op, m) - replayed(op, m)
+
+A negative excess never lets a member leave before what it needs was posted
+(:func:`pmac.collectives.add_excess`). Profiles calibrated before 24 Nov 2026 hold
+``max(0, ...)``: ``python -m pmac.calibrate_collectives`` recalibrates them.
 
 ``replayed`` is the steady state of the loop the probe timed (``(T(2K) - T(K)) / K`` for K
 calls back to back, so a shaper's bucket drains as it did in the probe), replayed with the
@@ -79,15 +87,19 @@ def _block_ends(network, placement, blocks, n, options) -> np.ndarray:
     return end.max(axis=0)
 
 
-def replayed_s(network: NetworkModel, placement: str, blocks: list[tuple[int, int]], options) -> np.ndarray:
+def replayed_s(network: NetworkModel, placement: str, blocks: list[tuple[int, int]], options, *,
+               with_excess: bool = False) -> np.ndarray:
     """Steady-state seconds per call of each ``(op, bytes)`` block on two ranks of ``placement``,
-    priced by algorithm (the network's collectives table is not used)."""
-    net = dataclasses.replace(network, collectives=())
-    d = []
-    for n in (LOOP, 2 * LOOP):
-        ends = _block_ends(net, placement, blocks, n, options)
-        d.append(np.diff(np.concatenate([[0.0], ends])))
-    return (d[1] - d[0]) / LOOP
+    priced by algorithm (plus the network's excess with ``with_excess``; its measured times are
+    not used). Each block is replayed alone, both ranks starting it together, as each of the
+    probe's repetitions starts after a barrier: a block left skewed by the one before (a bcast's
+    root leaves first) can settle into another steady state."""
+    net = network if with_excess else dataclasses.replace(network, collectives=())
+    out = np.empty(len(blocks))
+    for k, block in enumerate(blocks):
+        ends = [_block_ends(net, placement, [block], n, options)[0] for n in (LOOP, 2 * LOOP)]
+        out[k] = (ends[1] - ends[0]) / LOOP
+    return out
 
 
 def excess_table(network: NetworkModel, options: ReplayOptions | None = None) -> pd.DataFrame:
@@ -108,7 +120,7 @@ def excess_table(network: NetworkModel, options: ReplayOptions | None = None) ->
         parts.append(pd.DataFrame({
             "name": [c.op for c in mine], "op": [b[0] for b in blocks], "placement": placement,
             "msg_bytes": [b[1] for b in blocks], "priced_bytes": [priced_bytes(c) for c in mine],
-            "measured_s": meas, "replayed_s": rep, "excess_s": np.maximum(meas - rep, 0.0)}))
+            "measured_s": meas, "replayed_s": rep, "excess_s": meas - rep}))
     if not parts:
         return pd.DataFrame(columns=cols)
     return pd.concat(parts, ignore_index=True).sort_values(["placement", "op", "priced_bytes"],

@@ -540,6 +540,29 @@ def scan_rd(net, node, t, m):
 
 
 @njit(cache=True)
+def add_excess(op, t, post_t, ev, off, root, last, x):
+    """Add a call's excess ``x`` to each member's exit ``t[j]`` (member ``j`` posted at
+    ``post_t[ev[off + j]]``; ``last``: the latest post). A negative excess (the library's call costs
+    less than its algorithm's messages: MPICH's shared-memory collectives at MPI_THREAD_SINGLE)
+    never lets a member leave before what it needs was posted: its own call; the root's for a
+    one-to-many call (bcast, scatter); every member's for the root of a many-to-one call (reduce,
+    gather) and for every member of the others (all-to-all kinds, barrier; scans, conservatively)."""
+    for j in range(t.shape[0]):
+        v = t[j] + x
+        if x < 0.0:
+            lo = post_t[ev[off + j]]
+            if op == BCAST or op == SCATTER or op == SCATTERV:
+                lo = max(lo, post_t[ev[off + root]])
+            elif op == REDUCE or op == GATHER or op == GATHERV:
+                if j == root:
+                    lo = last
+            else:
+                lo = last
+            v = max(v, lo)
+        t[j] = v
+
+
+@njit(cache=True)
 def collective_exit(net, op, node, t, root, m):
     """Advance member clocks ``t`` (arrival times, local rank order) to each member's exit time."""
     p = t.shape[0]

@@ -31,6 +31,12 @@ that much later; in the timeline the call's ``start_s`` includes it). Needs the 
 signature, whatever the burst source: without one nothing is added (a note says so when the
 profile has the curves).
 
+Thread level: the replay prices the calls with the profile's network measured at the MPI
+thread level the traced program ran at (``SignatureHeader.mpi_thread_level``; the profile's
+``network_variants``): MPICH's collectives cost several times more at MPI_THREAD_MULTIPLE
+(mpi4py's default) than at single (C's MPI_Init). A profile without that level prices with its
+main network, and a note says so.
+
 Placement: ranks fill nodes block-wise, ``ranks_per_node`` per node (default: the node's core
 count, i.e. one rank per core), so rank ``r`` is on node ``r // ranks_per_node``. A prediction
 that needs more nodes than the profile has (``n_nodes``) is still made and says so in a note.
@@ -206,6 +212,19 @@ def ranks_per_node_for(profile: MachineProfile, ranks_per_node: int | None) -> i
     return profile.node.n_cores if profile.node is not None else 1
 
 
+def at_thread_level(profiles: Sequence[MachineProfile], thread_level: str
+                    ) -> tuple[list[MachineProfile], list[str]]:
+    """Each profile with the network measured at the application's MPI thread level as its
+    ``network`` (:meth:`MachineProfile.network_for`), and the notes of those that have none there."""
+    out, notes = [], []
+    for p in profiles:
+        net, note = p.network_for(thread_level)
+        out.append(p if net is p.network else dataclasses.replace(p, network=net, network_variants=()))
+        if note:
+            notes.append(note)
+    return out, notes
+
+
 def needed_sections(profile: MachineProfile, sig: Signature, *, burst_source: str = "auto",
                     ranks_per_node: int | None = None) -> list[str]:
     """The sections ``profile`` lacks for predicting ``sig`` (empty: it can be predicted)."""
@@ -278,6 +297,8 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         lacking = needed_sections(p, sig, burst_source=src, ranks_per_node=ranks_per_node)
         if lacking:
             raise MissingSectionError(f"machine '{p.name}'", lacking[0], needed_by=f"predict {sig.name}")
+    profiles, level_notes = at_thread_level(profiles, sig.header.mpi_thread_level)
+    notes += level_notes
     rpns = [ranks_per_node_for(p, ranks_per_node) for p in profiles]
     n = sig.n_ranks
     ev = sig.events

@@ -1,8 +1,10 @@
 """``pmac probe``: run the node and network probes, fit them, write the machine profile.
 
 Order: memory bandwidth and latency, compute (in this process, numba kernels from ``probes/``),
-then the network (:func:`pmac.probe_network.measure_network`, which launches its own two-rank
-run, or measures in place when this process is already one rank of an ``mpiexec`` job).
+then the network (:func:`pmac.probe_network.measure_networks`, which launches its own two-rank
+runs, one per MPI thread level: single for the main network, multiple for its variant; or
+:func:`~pmac.probe_network.measure_network` in place, at the job's level only, when this process is
+already one rank of an ``mpiexec`` job).
 
 Nothing is written until every probe has finished: the raw sidecar ``NAME.raw.npz`` and
 ``NAME.yaml`` are first written beside their targets under temporary names and then renamed,
@@ -212,7 +214,7 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
     ensure_folder(out_dir, "output directory", try_write=True)
     t0 = time.monotonic()
     warnings: list[str] = []
-    net_model, net_raw, net_note = None, {}, None
+    net_model, net_variants, net_raw, net_note = None, (), {}, None
     rank = 0
     in_job = False
     if network:
@@ -238,8 +240,8 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
             t_net = time.monotonic()
             try:
                 with tempfile.TemporaryDirectory(prefix="pmac-probe-") as wd:
-                    net_model, net_raw = probe_network.measure_network(quick=quick, workdir=Path(wd),
-                                                                       progress=_sub(progress, "network"))
+                    net_model, net_variants, net_raw = probe_network.measure_networks(
+                        quick=quick, workdir=Path(wd), progress=_sub(progress, "network"))
             except ToolMissingError as exc:
                 net_note = f"no MPI ({exc}): network section skipped"
             details["phase_duration_s"]["network"] = round(time.monotonic() - t_net, 1)
@@ -268,7 +270,8 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
                       numba_version=numba.__version__, duration_s=round(time.monotonic() - t0, 1),
                       warnings=warnings, **details)
     profile = MachineProfile(name=name, description=f"probed on {prov['host']} ({node.cpu_model})",
-                             node=node, network=net_model, n_nodes=1, provenance=prov, overlap=overlap)
+                             node=node, network=net_model, n_nodes=1, provenance=prov, overlap=overlap,
+                             network_variants=net_variants)
     if progress:
         progress(1.0, "writing")
     return _write_pair(profile, raw, yaml_path)

@@ -15,6 +15,7 @@ Two ways in:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -37,6 +38,9 @@ Progress = Callable[[float, str], None]
 
 #: the raw tables this probe fills
 TABLES = ("pingpong", "collective")
+#: the thread levels ``pmac probe`` measures the network at, the main network's first: C and
+#: Fortran programs calling MPI_Init run at single, mpi4py programs at multiple (its default)
+THREAD_CLASSES = ("single", "multiple")
 
 
 def probe_script() -> Path:
@@ -78,19 +82,41 @@ def model_from_record(tables: dict[str, pd.DataFrame], meta: dict) -> NetworkMod
     if tables["pingpong"].empty:
         raise ProbeError("the network probe measured no pair of ranks")
     network = fit_network(tables, mpi_library=str(meta.get("mpi_library", "")))
+    network = dataclasses.replace(network, thread_level=str(meta.get("thread_level", "")))
     return calibrate_network(network, tables["pingpong"])
+
+
+def measure_networks(*, quick: bool, workdir: Path, progress: Progress | None = None,
+                     thread_levels: tuple[str, ...] = THREAD_CLASSES, **kw
+                     ) -> tuple[NetworkModel, tuple[NetworkModel, ...], dict[str, pd.DataFrame]]:
+    """The network measured at each of ``thread_levels`` (one probe run each, launched): the first
+    level's model, the others' (``MachineProfile.network_variants``) and the raw tables (the first
+    level's as ``pingpong`` / ``collective``, the others' as ``pingpong_<level>`` ...)."""
+    progress = progress or (lambda f, m: None)
+    models, raw = [], {}
+    for i, level in enumerate(thread_levels):
+        def sub(f, m, i=i, level=level):
+            progress((i + f) / len(thread_levels), f"{m} (MPI_THREAD_{level.upper()})")
+        model, tables = measure_network(quick=quick, workdir=Path(workdir) / level, progress=sub,
+                                        thread_level=level, in_job=False, **kw)
+        models.append(model)
+        raw |= {(t if i == 0 else f"{t}_{level}"): df for t, df in tables.items()}
+    return models[0], tuple(models[1:]), raw
 
 
 def measure_network(*, quick: bool, workdir: Path, progress: Progress | None = None,
                     mpiexec_prefix: list[str] | None = None, node_map: list[int] | None = None,
                     n_ranks: int = 2, backend: str = "auto", timeout_s: float | None = None,
                     in_job: bool | None = None, probe_args: list[str] = (),
-                    fit: bool = True) -> tuple[NetworkModel | None, dict[str, pd.DataFrame]]:
+                    fit: bool = True, thread_level: str | None = None
+                    ) -> tuple[NetworkModel | None, dict[str, pd.DataFrame]]:
     """Measure the network and fit it; returns the model and the raw tables (every repetition);
     ``fit=False``: no model (None), e.g. for ``probe_args=["--pollution-only"]``.
 
     ``workdir`` receives ``network.npz`` (the probe record) and ``network.log``. ``probe_args``
     are passed on to ``probes/network.py`` (e.g. ``["--max-bytes", "65536", "--no-collectives"]``).
+    ``thread_level``: the MPI thread level the probe initialises MPI at (None: the probe's
+    default, multiple; in the job: the job's level, whatever this says).
     No MPI ->
     :class:`ToolMissingError`; a failed or timed-out run -> :class:`ProbeError`.
     """
@@ -108,6 +134,8 @@ def measure_network(*, quick: bool, workdir: Path, progress: Progress | None = N
     argv = [sys.executable, str(probe_script()), "--out", str(out), "--progress", "--backend", backend]
     if quick:
         argv.append("--quick")
+    if thread_level:
+        argv += ["--thread-level", thread_level]
     argv += list(probe_args)
     if node_map is not None:
         argv += ["--node-map", ",".join(str(int(x)) for x in node_map)]

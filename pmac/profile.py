@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError, MissingSectionError
+from .mpi import THREAD_LEVELS, thread_level_class
 from .schema import (check_document, from_dict, read_yaml, register_kind, save_document,
                      sha256_file, to_dict)
 from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
-register_kind(KIND, 6, {1: "first version: node (caches, memory, compute, curves), network "
+register_kind(KIND, 7, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
                            "per second; version 1 files have none",
@@ -40,9 +41,12 @@ register_kind(KIND, 6, {1: "first version: node (caches, memory, compute, curves
                            "pmac.calibrate_collectives FILE.yaml` adds it)",
                         6: "network links: pollution_bytes and pollution_excess_s (optional: what a call "
                            "costs after its burst swept that many bytes through the caches, pmac.pollution); "
-                           "version 5 files have none (no such cost)"},
+                           "version 5 files have none (no such cost)",
+                        7: "network.thread_level (optional: the MPI thread level the network was measured "
+                           "at) and network_variants (optional: the network measured at other thread "
+                           "levels); version 6 files have '' (not recorded) and no variants"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
-                          5: lambda body: body})
+                          5: lambda body: body, 6: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -321,7 +325,8 @@ class LinkModel:
 class CollectiveCost:
     """Measured time of one collective: op, bytes per rank, ranks -> seconds (the fit's quantile
     of the repetitions); ``excess_s``: what it cost beyond its algorithm's messages on the fitted
-    links (2-rank rows, pmac.calibrate_collectives; None where not calibrated)."""
+    links (2-rank rows, pmac.calibrate_collectives; None where not calibrated; negative where the
+    library's call costs less than those messages, never below minus the time of the messages)."""
 
     op: str
     msg_bytes: int
@@ -335,8 +340,8 @@ class CollectiveCost:
         if self.op not in COLLECTIVE_OPS:
             raise ValueError(f"unknown collective '{self.op}' (known: {', '.join(COLLECTIVE_OPS)})")
         _positive("collective time_s", self.time_s)
-        if self.excess_s is not None:
-            _positive("collective excess_s", self.excess_s, allow_zero=True)
+        if self.excess_s is not None and not np.isfinite(self.excess_s):
+            raise ValueError(f"collective excess_s must be finite, got {self.excess_s!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,6 +352,15 @@ class NetworkModel:
     mpi_library: str = ""
     #: optional topology for contention: a SimGrid platform file or a generator spec
     topology: dict[str, Any] | None = None
+    #: the MPI thread level the probe ran at ('single' or 'multiple'; '' not recorded). MPICH
+    #: and Open MPI lock only at MPI_THREAD_MULTIPLE, and MPICH then gives up its shared-memory
+    #: collectives: on devbox a 2-rank 8 B allreduce costs 0.3 us single, 1.7 us multiple
+    thread_level: str = ""
+
+    def __post_init__(self):
+        if self.thread_level and self.thread_level not in THREAD_LEVELS:
+            raise ValueError(f"network.thread_level must be one of {', '.join(THREAD_LEVELS)} or empty, "
+                             f"got {self.thread_level!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -378,6 +392,9 @@ class MachineProfile:
     #: ranks per node when a prediction is not told (None: node.n_cores). The emulated TCP
     #: machines run one rank per namespace node although each namespace sees every core.
     ranks_per_node: int | None = None
+    #: the same network measured at other MPI thread levels (each with its thread_level; the
+    #: topology is the main network's): a prediction takes the one of the application's level
+    network_variants: tuple[NetworkModel, ...] = ()
 
     def __post_init__(self):
         if not self.name or "/" in self.name:
@@ -386,6 +403,34 @@ class MachineProfile:
             raise ValueError("n_nodes must be positive")
         if self.ranks_per_node is not None and self.ranks_per_node <= 0:
             raise ValueError("ranks_per_node must be positive")
+        if self.network_variants:
+            if self.network is None:
+                raise ValueError("network_variants without a network")
+            classes = [thread_level_class(n.thread_level) for n in (self.network, *self.network_variants)]
+            if "" in classes or len(set(classes)) != len(classes):
+                raise ValueError("network and network_variants need distinct thread levels (single, multiple), "
+                                 f"got {', '.join(n.thread_level or repr('') for n in (self.network, *self.network_variants))}")
+
+    def network_for(self, thread_level: str) -> tuple[NetworkModel | None, str | None]:
+        """The network measured at the class of ``thread_level`` (pmac.mpi.thread_level_class),
+        and a note when the profile has none there and its main network stands in. An unknown
+        level (``''``: traces of older shims, imported traces) or a profile that does not say its
+        level takes the main network without a note."""
+        want = thread_level_class(thread_level)
+        if self.network is None or not want:
+            return self.network, None
+        nets = (self.network, *self.network_variants)
+        for net in nets:
+            if thread_level_class(net.thread_level) == want:
+                if net is not self.network and net.topology is None and self.network.topology is not None:
+                    net = dataclasses.replace(net, topology=self.network.topology)
+                return net, None
+        if not self.network.thread_level:
+            return self.network, None
+        return self.network, (f"machine '{self.name}' has no network measured at MPI_THREAD_{want.upper()} "
+                              f"(the application's level): priced with MPI_THREAD_"
+                              f"{self.network.thread_level.upper()}'s, where collectives can cost several times "
+                              "more or less (pmac probe measures both)")
 
     def missing(self, sections: tuple[str, ...] = ("node", "node.compute", "network.intra_node",
                                                     "network.inter_node")) -> list[str]:
@@ -426,6 +471,11 @@ RAW_TABLES = {
         ("working_set_bytes", "int64"), ("chains", "int32"), ("n_elements", "int64"), ("rep", "int32"),
         ("time_s", "float64"))),
 }
+#: the network probe's tables of a network variant (MachineProfile.network_variants) are stored
+#: as ``pingpong_<level>`` and ``collective_<level>``; the main network's as plain ``pingpong``
+NETWORK_RAW_TABLES = ("pingpong", "collective")
+RAW_TABLES |= {f"{t}_{lv}": dataclasses.replace(RAW_TABLES[t], name=f"{t}_{lv}")
+               for lv in ("single", "multiple") for t in NETWORK_RAW_TABLES}
 
 
 # ---------------------------------------------------------------- file I/O
@@ -474,7 +524,7 @@ def combine(node_from: MachineProfile, network_from: MachineProfile, *, name: st
     node_from.require("node", needed_by="combine")
     network_from.require("network", needed_by="combine")
     return dataclasses.replace(
-        node_from, name=name, network=network_from.network,
+        node_from, name=name, network=network_from.network, network_variants=network_from.network_variants,
         description=description or f"node of {node_from.name}, network of {network_from.name}",
         provenance={"combined_from": {"node": node_from.name, "network": network_from.name},
                     "node_provenance": node_from.provenance, "network_provenance": network_from.provenance})

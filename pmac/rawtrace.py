@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError, TruncatedError
+from .mpi import THREAD_LEVELS
 from .trace import COMMS, EVENTS, REQUESTS, VCOUNTS, Op
 
 MAGIC = b"PMACRAW\0"
@@ -84,6 +85,9 @@ class RawTrace:
     missing_ranks: tuple[int, ...] = ()
     has_valgrind: bool = False
     stats: dict = field(default_factory=dict)
+    #: the MPI thread level the ranks' MPI_Init(_thread) provided (pmac.mpi.THREAD_LEVELS; the
+    #: highest where ranks differ), '' where the shim did not record it
+    thread_level: str = ""
 
 
 def read_raw_file(path: str | Path) -> RawRank:
@@ -231,10 +235,19 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
     if unmatched and not missing and not truncated:
         warnings.append(f"{len(unmatched)} unmatched send/receive stream(s), e.g. {unmatched[0]}")
     hosts = tuple(by_rank[i].host if i in by_rank else "" for i in range(size))
+    levels = set()
+    for r in ranks:
+        rec = r.records
+        init = rec[(rec["type"] == T_EVENT) & (rec["op"] == int(Op.INIT))]
+        levels |= {int(x) for x in init["aux"] if 1 <= int(x) <= len(THREAD_LEVELS)}
+    if len(levels) > 1:
+        warnings.append("ranks initialised MPI at different thread levels: "
+                        + ", ".join(THREAD_LEVELS[x - 1] for x in sorted(levels)))
     return RawTrace(n_ranks=size, events=events, requests=requests, vcounts=cat(vc_parts, VCOUNTS),
                     comms=COMMS.coerce(comms), rank_hosts=hosts, warnings=tuple(warnings),
                     unmatched=tuple(unmatched), truncated_ranks=tuple(truncated), missing_ranks=missing,
-                    has_valgrind=has_vg, stats={"n_records": n_records, "n_large_count_calls": n_large})
+                    has_valgrind=has_vg, stats={"n_records": n_records, "n_large_count_calls": n_large},
+                    thread_level=THREAD_LEVELS[max(levels) - 1] if levels else "")
 
 
 def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs: dict):

@@ -34,7 +34,10 @@ Semantics (see pmac.collectives for the message and collective models):
   ``options.measured_collectives``, from the network's measured CollectiveCost table when an
   entry has the same operation, member count and placement kind (intra_node when all members
   share a node) and the size lies within the measured sizes (linear interpolation): then every
-  member ends at ``max(start of all members) + time_s``.
+  member ends at ``max(start of all members) + time_s``. A call whose probe rows cost less than
+  its algorithm's messages (a negative ``CollectiveCost.excess_s``: MPICH's shared-memory
+  collectives at MPI_THREAD_SINGLE do not send them) is priced from the table wherever the table
+  covers it, and elsewhere by algorithm plus the negative excess (pmac.collectives.add_excess).
 - Persistent requests: an ``MPI_Start`` behaves as the Isend / Irecv its request was created
   for (the latest ``*_INIT`` of that handle on the rank before the Start: peer, tag, size and
   communicator come from there); the Wait on the handle completes it as for an Isend / Irecv.
@@ -637,10 +640,14 @@ def _collective_tables(network, options, inst_op, i_size, inst_bytes, inst_ev, i
     if not inst_op.size or not network.collectives:
         return table, extra
     same = _same_node(inst_off, inst_ev, rank, node_of_rank)
+    measured = _measured(network, inst_op, i_size, inst_bytes, same)
     if options.measured_collectives:
-        table = _measured(network, inst_op, i_size, inst_bytes, same)
+        table = measured
     if options.collective_excess:
-        extra = np.where(np.isnan(table), _excess(network, inst_op, inst_bytes, same), 0.0)
+        excess = _excess(network, inst_op, inst_bytes, same)
+        # cheaper than its messages: the library does not send them (shared-memory collectives)
+        table = np.where(np.isnan(table) & (excess < 0.0), measured, table)
+        extra = np.where(np.isnan(table), excess, 0.0)
     return table, extra
 
 

@@ -159,10 +159,9 @@ def _collective_done(nf, ni, i, inst_off, inst_ev, inst_op, inst_root, inst_byte
             tt[j] = inst_maxarr[i] + inst_table_s[i]
     else:
         C.collective_exit((nf, ni), inst_op[i], nn, tt, inst_root[i], inst_bytes[i])
-        x = inst_extra_s[i]
-        if x != 0.0:
-            for j in range(n):
-                tt[j] += x
+        if inst_extra_s[i] != 0.0:
+            C.add_excess(inst_op[i], tt, post_t, inst_ev, inst_off[i], inst_root[i], inst_maxarr[i],
+                         inst_extra_s[i])
     for j in range(n):
         arrival[inst_ev[inst_off[i] + j]] = tt[j]
 

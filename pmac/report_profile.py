@@ -81,9 +81,10 @@ def format_profile(profile: MachineProfile) -> str:
         if n.bandwidth_curves:
             lines.append("  curves: " + ", ".join(f"{c.access}/{c.n_cores} core(s) ({len(c.working_set_bytes)} points)"
                                                   for c in n.bandwidth_curves))
-    if p.network is not None:
-        net = p.network
-        lines.append("network" + (f" ({net.mpi_library})" if net.mpi_library else "") + ":")
+    for k, net in enumerate(() if p.network is None else (p.network, *p.network_variants)):
+        level = f" at MPI_THREAD_{net.thread_level.upper()}" if net.thread_level else ""
+        lines.append(("network" if k == 0 else "network variant") + level
+                     + (f" ({net.mpi_library})" if net.mpi_library else "") + ":")
         for label in ("intra_node", "inter_node"):
             link = getattr(net, label)
             if link is not None:

@@ -286,12 +286,19 @@ def _some_subs() -> str:
 # recording starts inside Init: time it unconditionally
 _INIT_PRE = "r.t_start_ns = pmac_now();"
 _INIT_ALWAYS = "if (pmac_rc == MPI_SUCCESS) { pmac_start(); } pmac_t1 = pmac_now();"
+# the thread level MPI provides, in aux: 1 single, 2 funneled, 3 serialized, 4 multiple (0: not
+# recorded, raw traces of older shims; the MPI constants' values differ between libraries). MPICH
+# and Open MPI take their locks, and MPICH gives up its shared-memory collectives, only at
+# MPI_THREAD_MULTIPLE: a collective can cost several times more there (pmac.rawtrace.THREAD_LEVELS)
+_INIT_POST = ("r.comm = 0; { int pmac_lv = MPI_THREAD_SINGLE; PMPI_Query_thread(&pmac_lv); "
+              "r.aux = pmac_lv == MPI_THREAD_MULTIPLE ? 4 : pmac_lv == MPI_THREAD_SERIALIZED ? 3 : "
+              "pmac_lv == MPI_THREAD_FUNNELED ? 2 : 1; }")
 
 WRAPPERS: list[W] = [
     # --- init / finalize ---
-    W("MPI_Init", "int *argc, char ***argv", Op.INIT, pre=_INIT_PRE, always=_INIT_ALWAYS, post="r.comm = 0;"),
+    W("MPI_Init", "int *argc, char ***argv", Op.INIT, pre=_INIT_PRE, always=_INIT_ALWAYS, post=_INIT_POST),
     W("MPI_Init_thread", "int *argc, char ***argv, int required, int *provided", Op.INIT, pre=_INIT_PRE,
-      always=_INIT_ALWAYS, post="r.comm = 0;"),
+      always=_INIT_ALWAYS, post=_INIT_POST),
     W("MPI_Finalize", "void", Op.FINALIZE, post="r.comm = 0;", subs="pmac_close();"),
     W("MPI_Abort", "MPI_Comm comm, int errorcode", Op.OTHER,
       pre="if (pmac_on) { PMAC_FILL(r, 127); r.t_end_ns = r.t_start_ns; r.comm = pmac_cid(comm); "

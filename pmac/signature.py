@@ -18,6 +18,7 @@ import pandas as pd
 
 from .errors import InputError
 from .memsig import MEMORY_TABLES, check_tables, memory_tables_of_version, upgrade
+from .mpi import THREAD_LEVELS
 from .schema import check_document, ensure_folder, from_dict, read_yaml, register_kind, save_document, to_dict
 from .table import load_tables, save_tables
 from .trace import EVENT_TABLES, world_comm_table
@@ -25,15 +26,17 @@ from .trace import EVENT_TABLES, world_comm_table
 KIND = "pmac.signature"
 #: current schema version (memory.npz columns by version: pmac.memsig.ADDED_COLUMNS; version 4
 #: adds the table burst_functions)
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: header + events.npz (+ memory.npz)",
                         2: "memory.npz: bursts and functions gain fp_divsqrt (divide and square-root "
                            "operations); version-1 signatures load with -1 there (not counted)",
                         3: "memory.npz: bursts and functions gain fp_recurrence (FP operations on "
                            "loop-carried dependency chains); older signatures load with -1 (not counted)",
                         4: "memory.npz gains table burst_functions (the counters of a burst per function, "
-                           "pmac.phases); older signatures have none and each burst is convolved as one"},
-              migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body})
+                           "pmac.phases); older signatures have none and each burst is convolved as one",
+                        5: "header gains mpi_thread_level (the thread level MPI_Init(_thread) provided the "
+                           "traced program); older signatures have '' (not recorded)"},
+              migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body})
 
 HEADER_FILE = "signature.yaml"
 EVENTS_FILE = "events.npz"
@@ -54,6 +57,9 @@ class SignatureHeader:
     #: MPI processor name of each rank during tracing (placement of the traced run)
     rank_hosts: tuple[str, ...] = ()
     mpi_library: str = ""
+    #: the MPI thread level the traced program ran at (pmac.mpi.THREAD_LEVELS), '' when not
+    #: recorded: the replay prices the calls with the profile's network measured at that level
+    mpi_thread_level: str = ""
     #: wall time of the traced run (includes tracing overhead); never used to predict
     traced_wall_s: float | None = None
     events_file: str = EVENTS_FILE
@@ -65,6 +71,9 @@ class SignatureHeader:
     def __post_init__(self):
         if self.n_ranks <= 0:
             raise ValueError("n_ranks must be positive")
+        if self.mpi_thread_level and self.mpi_thread_level not in THREAD_LEVELS:
+            raise ValueError(f"mpi_thread_level must be one of {', '.join(THREAD_LEVELS)} or empty, "
+                             f"got {self.mpi_thread_level!r}")
         if self.rank_hosts and len(self.rank_hosts) != self.n_ranks:
             raise ValueError(f"rank_hosts has {len(self.rank_hosts)} entries for {self.n_ranks} ranks")
 

@@ -145,7 +145,7 @@ def trace_mpi(argv: list[str], out: str | Path, *, parameters: dict[str, Any] | 
         header = SignatureHeader(
             name=out.name, n_ranks=raw.n_ranks, source_format="pmpi", description=description,
             command=shlex.join(argv), parameters=dict(parameters or {}), rank_hosts=raw.rank_hosts,
-            mpi_library=shim.libmpi, traced_wall_s=float(wall),
+            mpi_library=shim.libmpi, mpi_thread_level=raw.thread_level, traced_wall_s=float(wall),
             provenance=provenance(command=shlex.join(argv)) | {
                 "shim_source_hash": shim.source_hash, "exit_code": int(rc),
                 "valgrind_requests": bool(raw.has_valgrind), "fortran_library": shim.fortran_library,

@@ -7,6 +7,10 @@ uses numba + numba-mpi when present to keep the interpreter out of the timed loo
     mpiexec -n 2 python probes/network.py --quick --out rec.npz
     mpiexec -n 4 python probes/network.py --node-map 0,0,1,1 --out rec.npz   # or PMAC_NODE_MAP=0,0,1,1
 
+``--thread-level single|multiple`` (default multiple, mpi4py's) sets the MPI thread level MPI is
+initialised at: MPICH and Open MPI lock only at MPI_THREAD_MULTIPLE, and MPICH then gives up its
+shared-memory collectives, so the two levels are two networks (``pmac probe`` measures both).
+
 Rank 0 writes ``rec.npz`` with one array per ``table/column`` (tables ``pingpong`` and
 ``collective``, the layout of ``pmac.profile.RAW_TABLES``; every repetition kept) and
 ``meta/json`` (MPI library version, backend, node names and map, parameters).
@@ -500,6 +504,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         "window": WINDOW,
         "elapsed_s": time.perf_counter() - t_start,
         "transparent_hugepage": _thp(),
+        "thread_level": thread_level_name(MPI.Query_thread()),
     }
     if be.name == "numba-mpi":
         import numba
@@ -729,6 +734,15 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_
     return rows
 
 
+def thread_level_name(level: int) -> str:
+    """``MPI.Query_thread()``'s value by name (single, funneled, serialized, multiple)."""
+    from mpi4py import MPI
+
+    names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled", MPI.THREAD_SERIALIZED: "serialized",
+             MPI.THREAD_MULTIPLE: "multiple"}
+    return names.get(level, "")
+
+
 def _columns(rows: list[tuple], spec) -> dict[str, np.ndarray]:
     return {name: np.array([r[i] for r in rows], dtype=dtype) for i, (name, dtype) in enumerate(spec)}
 
@@ -758,7 +772,13 @@ def main(argv=None) -> int:
     p.add_argument("--pollution-only", action="store_true",
                    help="only the pollution test (python -m pmac.calibrate_pollution adds it to an existing profile)")
     p.add_argument("--progress", action="store_true", help="print 'progress FRACTION MESSAGE' lines")
+    p.add_argument("--thread-level", choices=("single", "multiple"), default="multiple",
+                   help="the MPI thread level to initialise MPI at (mpi4py's default: multiple); "
+                        "the library's costs differ between the two (MPICH: collectives several-fold)")
     args = p.parse_args(argv)
+    import mpi4py
+
+    mpi4py.rc.thread_level = args.thread_level  # before MPI is initialised
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

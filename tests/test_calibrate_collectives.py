@@ -40,11 +40,12 @@ def test_excess_is_the_measured_call_less_the_replayed_algorithm():
     assert got[("allreduce", "inter_node", 8)].replayed_s == pytest.approx(PRICE[8], rel=1e-9)
     assert got[("allreduce", "inter_node", 8)].excess_s == pytest.approx(5e-6, rel=1e-6)
     assert got[("allreduce", "inter_node", 64)].excess_s == pytest.approx(9e-6, rel=1e-6)
-    assert got[("allreduce", "intra_node", 8)].excess_s == 0.0
+    assert got[("allreduce", "intra_node", 8)].excess_s == pytest.approx(-0.5 * PRICE[8], rel=1e-6)
     assert got[("alltoall", "inter_node", 16)].priced_bytes == 8
     assert got[("alltoall", "inter_node", 16)].excess_s == pytest.approx(2e-6, rel=1e-6)
     cal = calibrate_collectives(net_with(*rows)).collectives
-    assert [c.excess_s for c in cal] == [pytest.approx(5e-6, rel=1e-6), pytest.approx(9e-6, rel=1e-6), 0.0,
+    assert [c.excess_s for c in cal] == [pytest.approx(5e-6, rel=1e-6), pytest.approx(9e-6, rel=1e-6),
+                                         pytest.approx(-0.5 * PRICE[8], rel=1e-6),
                                          pytest.approx(2e-6, rel=1e-6), None]
     assert [dataclasses.replace(c, excess_s=None) for c in cal] == list(rows)
 

@@ -17,7 +17,7 @@ def test_profile_round_trip(tmp_path):
     save_profile(p, path)
     assert load_profile(path) == p
     text = path.read_text()
-    assert text.startswith("kind: pmac.machine\nschema_version: 6\n")
+    assert text.startswith("kind: pmac.machine\nschema_version: 7\n")
 
 
 def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
@@ -27,7 +27,7 @@ def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
     p = small_profile()
     path = tmp_path / "m1.yaml"
     save_profile(p, path)
-    old = path.read_text().replace("schema_version: 6", "schema_version: 1")
+    old = path.read_text().replace("schema_version: 7", "schema_version: 1")
     assert "schema_version: 1" in old
     (tmp_path / "v1.yaml").write_text(old)
     back = load_profile(tmp_path / "v1.yaml")
@@ -47,7 +47,7 @@ def test_version_2_profile_loads_unshaped(tmp_path):
     assert "shaper_rate_bytes_per_s" in text
     v2 = "".join(line for line in text.splitlines(keepends=True)
                  if "shaper_" not in line and "exchange_excess" not in line)
-    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 6", "schema_version: 2"))
+    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 7", "schema_version: 2"))
     back = load_profile(tmp_path / "v2.yaml")
     links = [ln for ln in (back.network.intra_node, back.network.inter_node) if ln is not None]
     assert back == p and links and not any(ln.shaped for ln in links)
@@ -63,7 +63,7 @@ def test_version_3_profile_loads_without_exchange_excess(tmp_path):
     assert load_profile(tmp_path / "v4.yaml") == p4
     text = (tmp_path / "v4.yaml").read_text()
     v3 = "".join(line for line in text.splitlines(keepends=True) if "exchange_excess_s" not in line)
-    (tmp_path / "v3.yaml").write_text(v3.replace("schema_version: 6", "schema_version: 3"))
+    (tmp_path / "v3.yaml").write_text(v3.replace("schema_version: 7", "schema_version: 3"))
     assert load_profile(tmp_path / "v3.yaml") == p
 
 
@@ -86,9 +86,9 @@ def test_version_4_profile_loads_without_collective_excess(tmp_path):
         del c["excess_s"]
     (tmp_path / "v4.yaml").write_text(dump_yaml(dict(body, schema_version=4)))
     assert load_profile(tmp_path / "v4.yaml") == p4
-    body["network"]["collectives"][0]["excess_s"] = -1e-6
+    body["network"]["collectives"][0]["excess_s"] = float("nan")
     (tmp_path / "bad.yaml").write_text(dump_yaml(dict(body, schema_version=5)))
-    with pytest.raises(InputError, match="collective excess_s"):
+    with pytest.raises(InputError, match="collective excess_s must be finite"):
         load_profile(tmp_path / "bad.yaml")
 
 
@@ -134,7 +134,7 @@ def test_unknown_key_is_an_error_naming_file_and_key(tmp_path):
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "new.yaml"
     save_profile(small_profile(), path)
-    path.write_text(path.read_text().replace("schema_version: 6", "schema_version: 99"))
+    path.write_text(path.read_text().replace("schema_version: 7", "schema_version: 99"))
     with pytest.raises(SchemaVersionError, match="newer than this pmac"):
         load_profile(path)
 

@@ -54,6 +54,18 @@ def test_format_profile_reads_well():
         assert expected in text, f"{expected!r} not in\n{text}"
 
 
+def test_format_profile_shows_each_thread_level():
+    p = full_profile()
+    single = dataclasses.replace(p.network, thread_level="single")
+    multiple = dataclasses.replace(p.network, thread_level="multiple", collectives=(
+        CollectiveCost(op="allreduce", msg_bytes=8, n_ranks=2, time_s=7e-6),))
+    text = format_profile(dataclasses.replace(p, network=single, network_variants=(multiple,)))
+    main_part, variant = text.split("network variant at MPI_THREAD_MULTIPLE (MPICH Version: 5.0.2):")
+    assert "network at MPI_THREAD_SINGLE (MPICH Version: 5.0.2):" in main_part
+    assert "allreduce    2 ranks intra_node: 8 B 2 us, 1 KiB 3 us" in main_part
+    assert "allreduce    2 ranks intra_node: 8 B 7 us" in variant and "eager threshold 64 KiB" in variant
+
+
 def test_plot_profile_writes_png(tmp_path):
     out = tmp_path / "p.png"
     plot_profile(full_profile(), out)

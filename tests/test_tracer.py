@@ -108,6 +108,7 @@ def test_c_program_exact_counts_and_bytes(env, n):
 
     back = load_signature(res.path)
     assert back.header.source_format == "pmpi" and back.header.n_ranks == n
+    assert back.header.mpi_thread_level == "single"   # MPI_Init (MPICH's default level)
     assert back.events.equals(ev) and back.requests.equals(res.signature.requests)
 
 
@@ -165,6 +166,7 @@ def test_mpi4py_large_count_and_matched_probes(env):
     assert res.returncode == 0 and res.raw.unmatched == ()
     # mpi4py on MPI 4+ enters through MPI_*_c: without those wrappers this would be 0
     assert res.raw.stats["n_large_count_calls"] > 0
+    assert res.signature.header.mpi_thread_level == "multiple"   # mpi4py's default MPI_Init_thread
     ev = res.signature.events
     for r in range(2):
         c = _counts(ev, r)
@@ -353,6 +355,7 @@ def test_fortran_open_mpi(env, n):
         if r == n - 1:
             expect["RECV"] = 1
         assert _counts(ev, r) == expect  # each call once: no double count through the C wrappers
+    assert res.signature.header.mpi_thread_level == "single"   # Fortran MPI_Init, through the C wrapper
     recv = ev[ev["op"] == Op.RECV].iloc[0]  # MPI_ANY_SOURCE, MPI_STATUS_IGNORE: the shim's own status
     assert (recv["source"], recv["recv_tag"], recv["recv_bytes"]) == (0, 9, 40)
     assert int(ev[ev["op"] == Op.ISEND]["send_bytes"].sum()) == 3 * n * 800
