@@ -1,10 +1,12 @@
 /* 2-rank collectives timed back to back in C, as probes/network.py times them from mpi4py:
  * per (op, bytes) the loop time per call (the slower rank's), median of REPS repetitions.
- * Usage: collective_app ITERS REPS; prints "op bytes seconds" lines on rank 0.
+ * Usage: collective_app ITERS REPS [single|multiple] (the MPI thread level to initialise MPI at,
+ * default single); prints "op bytes seconds" lines on rank 0.
  * Used by bench/collective_check. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -12,7 +14,8 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int provided, multiple = argc > 3 && strcmp(argv[3], "multiple") == 0;
+    MPI_Init_thread(&argc, &argv, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
     int iters = argc > 1 ? atoi(argv[1]) : 20000, reps = argc > 2 ? atoi(argv[2]) : 7, rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     const char *ops[] = {"barrier", "bcast", "allreduce"};

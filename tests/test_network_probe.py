@@ -242,11 +242,12 @@ def test_bench_call_interplay_measures_lateness():
 
 
 @pytest.mark.requires("mpi")
-def test_bench_collective_check_sets_c_times_beside_the_profile_and_the_replay():
+def test_bench_collective_check_sets_c_times_beside_the_profile_at_each_thread_level():
     """bench/collective_check: every 2-rank intra-node row of devbox that its C program times
-    (barrier; bcast and allreduce of 8 B .. 4 KiB) gets a positive C time; the replay's price is
-    the profile's time or more (the calibrated excess never goes below 0), and replay/C is the
-    quotient of the printed columns."""
+    (barrier; bcast and allreduce of 8 B .. 4 KiB) gets a positive C time at each thread level,
+    beside the row of the profile's network of that level; profile/C is the quotient of the printed
+    columns. MPICH's calls are dearer at MPI_THREAD_MULTIPLE (devbox: allreduce 8 B 0.29 against
+    1.72 us): checked loosely, on the median over the calls."""
     import subprocess
     import sys
     from pathlib import Path
@@ -255,14 +256,21 @@ def test_bench_collective_check_sets_c_times_beside_the_profile_and_the_replay()
     r = subprocess.run([sys.executable, str(repo / "bench" / "collective_check"), "--iters", "300", "--reps", "3"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    rows = [ln.split() for ln in r.stdout.splitlines()[2:] if ln.strip()]
-    assert sorted((op, int(b)) for op, b, *_ in rows) == sorted(
-        [("barrier", 0)] + [(op, b) for op in ("allreduce", "bcast") for b in (8, 64, 512, 4096)])
-    for op, b, c_us, prof_us, replay_us, ratio in rows:
-        c_us, prof_us, replay_us, ratio = map(float, (c_us, prof_us, replay_us, ratio))
-        assert 0 < c_us < 1e3
-        assert replay_us >= prof_us - 1e-3
-        assert ratio == pytest.approx(replay_us / c_us, rel=0.02, abs=0.01)
+    rows = [ln.split() for ln in r.stdout.splitlines()[2:] if ln.strip() and not ln.startswith("  (")]
+    calls = [("barrier", 0)] + [(op, b) for op in ("allreduce", "bcast") for b in (8, 64, 512, 4096)]
+    assert sorted((lv, op, int(b)) for lv, op, b, *_ in rows) == sorted(
+        (lv, op, b) for lv in ("single", "multiple") for op, b in calls)
+    c_at = {}
+    for lv, op, b, c_us, prof_us, ratio in rows:
+        c_us, prof_us, ratio = map(float, (c_us, prof_us, ratio))
+        assert 0 < c_us < 1e3 and prof_us > 0
+        assert ratio == pytest.approx(prof_us / c_us, rel=0.02, abs=0.01)
+        c_at[(lv, op, int(b))] = c_us
+    from pmac.mpi import find_mpi
+
+    if find_mpi().flavour == "mpich":
+        quot = [c_at[("multiple", op, b)] / c_at[("single", op, b)] for op, b in calls]
+        assert np.median(quot) > 1.5, r.stdout
     bad = subprocess.run([sys.executable, str(repo / "bench" / "collective_check"), "--machine", "/nonexistent.yaml"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "nonexistent.yaml" in bad.stderr and "Traceback" not in bad.stderr
