@@ -16,7 +16,9 @@ link's ``exchange_excess_s`` (pmac.calibrate_exchange):
 
     excess(op, placement, m) = measured(op, m) - replayed(op, m)
 
-A negative excess never lets a member leave before what it needs was posted
+A call with a negative excess is not made of those messages: the replay prices it from the
+probe's table wherever the table covers it (pmac.replay), and elsewhere adds the negative excess
+without letting a member leave before what it needs was posted
 (:func:`pmac.collectives.add_excess`). Profiles calibrated before 24 Nov 2026 hold
 ``max(0, ...)``: ``python -m pmac.calibrate_collectives`` recalibrates them.
 

@@ -326,7 +326,7 @@ class CollectiveCost:
     """Measured time of one collective: op, bytes per rank, ranks -> seconds (the fit's quantile
     of the repetitions); ``excess_s``: what it cost beyond its algorithm's messages on the fitted
     links (2-rank rows, pmac.calibrate_collectives; None where not calibrated; negative where the
-    library's call costs less than those messages, never below minus the time of the messages)."""
+    library's call costs less than those messages)."""
 
     op: str
     msg_bytes: int
@@ -406,10 +406,12 @@ class MachineProfile:
         if self.network_variants:
             if self.network is None:
                 raise ValueError("network_variants without a network")
-            classes = [thread_level_class(n.thread_level) for n in (self.network, *self.network_variants)]
+            nets = (self.network, *self.network_variants)
+            classes = [thread_level_class(n.thread_level) for n in nets]
             if "" in classes or len(set(classes)) != len(classes):
-                raise ValueError("network and network_variants need distinct thread levels (single, multiple), "
-                                 f"got {', '.join(n.thread_level or repr('') for n in (self.network, *self.network_variants))}")
+                got = ", ".join(n.thread_level or "''" for n in nets)
+                raise ValueError(f"network and network_variants need distinct thread levels (single, multiple), "
+                                 f"got {got}")
 
     def network_for(self, thread_level: str) -> tuple[NetworkModel | None, str | None]:
         """The network measured at the class of ``thread_level`` (pmac.mpi.thread_level_class),

@@ -289,7 +289,7 @@ _INIT_ALWAYS = "if (pmac_rc == MPI_SUCCESS) { pmac_start(); } pmac_t1 = pmac_now
 # the thread level MPI provides, in aux: 1 single, 2 funneled, 3 serialized, 4 multiple (0: not
 # recorded, raw traces of older shims; the MPI constants' values differ between libraries). MPICH
 # and Open MPI take their locks, and MPICH gives up its shared-memory collectives, only at
-# MPI_THREAD_MULTIPLE: a collective can cost several times more there (pmac.rawtrace.THREAD_LEVELS)
+# MPI_THREAD_MULTIPLE: a collective can cost several times more there (pmac.mpi.THREAD_LEVELS)
 _INIT_POST = ("r.comm = 0; { int pmac_lv = MPI_THREAD_SINGLE; PMPI_Query_thread(&pmac_lv); "
               "r.aux = pmac_lv == MPI_THREAD_MULTIPLE ? 4 : pmac_lv == MPI_THREAD_SERIALIZED ? 3 : "
               "pmac_lv == MPI_THREAD_FUNNELED ? 2 : 1; }")
