@@ -71,35 +71,26 @@ def two_rank_events(n: int, op, **cols) -> pd.DataFrame:
     return EVENTS.coerce(pd.DataFrame(d)[list(EVENTS.names)])
 
 
-def loop_events(blocks: list[tuple[int, int]], n: int) -> pd.DataFrame:
-    """Two ranks calling each ``(op, bytes)`` of ``blocks`` ``n`` times, block after block
-    (bytes as the probe records them: the send buffer; root 0)."""
-    b = np.tile(np.arange(len(blocks)).repeat(n), 2)
-    ops = np.array([o for o, _ in blocks], np.int64)[b]
-    m = np.array([m for _, m in blocks], np.int64)[b]
-    return two_rank_events(len(blocks) * n, ops, send_bytes=m, recv_bytes=m,
-                           root=np.where(ops == int(Op.BCAST), 0, -1))
-
-
-def _block_ends(network, placement, blocks, n, options) -> np.ndarray:
-    opts = ReplayOptions(eager_buffered=options.eager_buffered,
-                         rendezvous_handshake=options.rendezvous_handshake, timeline=True)
-    res = replay(loop_events(blocks, n), None, np.array(PLACEMENT_NODES[placement]), network, opts, n_ranks=2)
-    end = res.end_s.reshape(2, len(blocks), n)[:, :, -1]
-    return end.max(axis=0)
+def loop_events(op: int, m: int, n: int) -> pd.DataFrame:
+    """Two ranks calling ``op`` of ``m`` bytes ``n`` times (bytes as the probe records them: the
+    send buffer; root 0)."""
+    return two_rank_events(n, op, send_bytes=m, recv_bytes=m, root=0 if op == int(Op.BCAST) else -1)
 
 
 def replayed_s(network: NetworkModel, placement: str, blocks: list[tuple[int, int]], options, *,
                with_excess: bool = False) -> np.ndarray:
     """Steady-state seconds per call of each ``(op, bytes)`` block on two ranks of ``placement``,
-    priced by algorithm (plus the network's excess with ``with_excess``; its measured times are
-    not used). Each block is replayed alone, both ranks starting it together, as each of the
-    probe's repetitions starts after a barrier: a block left skewed by the one before (a bcast's
-    root leaves first) can settle into another steady state."""
+    priced by algorithm (the network's collective rows ignored), or as the replay prices them
+    with ``with_excess`` (plus the excess; a call cheaper than its messages from the table). Each
+    block is replayed alone, both ranks starting it together, as each of the probe's repetitions
+    starts after a barrier: a block left skewed by the one before (a bcast's root leaves first)
+    can settle into another steady state."""
     net = network if with_excess else dataclasses.replace(network, collectives=())
+    opts = ReplayOptions(eager_buffered=options.eager_buffered, rendezvous_handshake=options.rendezvous_handshake)
+    nodes = np.array(PLACEMENT_NODES[placement])
     out = np.empty(len(blocks))
-    for k, block in enumerate(blocks):
-        ends = [_block_ends(net, placement, [block], n, options)[0] for n in (LOOP, 2 * LOOP)]
+    for k, (op, m) in enumerate(blocks):
+        ends = [replay(loop_events(op, m, n), None, nodes, net, opts, n_ranks=2).makespan_s for n in (LOOP, 2 * LOOP)]
         out[k] = (ends[1] - ends[0]) / LOOP
     return out
 

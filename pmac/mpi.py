@@ -21,6 +21,12 @@ from .errors import ToolMissingError
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 
 
+def check_thread_level(name: str, level: str) -> None:
+    """ValueError unless ``level`` is one of THREAD_LEVELS or '' (not recorded)."""
+    if level and level not in THREAD_LEVELS:
+        raise ValueError(f"{name} must be one of {', '.join(THREAD_LEVELS)} or empty, got {level!r}")
+
+
 def thread_level_class(level: str) -> str:
     """The class of thread level a library's cost depends on: ``'multiple'`` or ``'single'``
     (single, funneled and serialized: MPICH and Open MPI take their locks only at

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError, MissingSectionError
-from .mpi import THREAD_LEVELS, thread_level_class
+from .mpi import check_thread_level, thread_level_class
 from .schema import (check_document, from_dict, read_yaml, register_kind, save_document,
                      sha256_file, to_dict)
 from .table import TableSpec, load_tables
@@ -358,9 +358,7 @@ class NetworkModel:
     thread_level: str = ""
 
     def __post_init__(self):
-        if self.thread_level and self.thread_level not in THREAD_LEVELS:
-            raise ValueError(f"network.thread_level must be one of {', '.join(THREAD_LEVELS)} or empty, "
-                             f"got {self.thread_level!r}")
+        check_thread_level("network.thread_level", self.thread_level)
 
 
 @dataclass(frozen=True, kw_only=True)

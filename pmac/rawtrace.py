@@ -194,9 +194,12 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
     has_vg = any(r.has_valgrind for r in ranks)
     n_records = 0
     n_large = 0
+    levels = set()   # the thread levels the ranks' MPI_Init(_thread) recorded (pmac.shim_gen)
     for r in sorted(ranks, key=lambda x: x.rank):
         ev_mask = r.records["type"] == T_EVENT
         n_large += int(np.count_nonzero(ev_mask & ((r.records["flag"] & 0x80) != 0)))
+        init_aux = r.records["aux"][ev_mask & (r.records["op"] == int(Op.INIT))]
+        levels |= {int(x) for x in init_aux if 1 <= int(x) <= len(THREAD_LEVELS)}
         e, q, v = _rank_tables(r, defs[r.rank], occ_key[r.rank], global_id, warnings, sends, recvs)
         ev_parts.append(e)
         rq_parts.append(q)
@@ -235,11 +238,6 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
     if unmatched and not missing and not truncated:
         warnings.append(f"{len(unmatched)} unmatched send/receive stream(s), e.g. {unmatched[0]}")
     hosts = tuple(by_rank[i].host if i in by_rank else "" for i in range(size))
-    levels = set()
-    for r in ranks:
-        rec = r.records
-        init = rec[(rec["type"] == T_EVENT) & (rec["op"] == int(Op.INIT))]
-        levels |= {int(x) for x in init["aux"] if 1 <= int(x) <= len(THREAD_LEVELS)}
     if len(levels) > 1:
         warnings.append("ranks initialised MPI at different thread levels: "
                         + ", ".join(THREAD_LEVELS[x - 1] for x in sorted(levels)))

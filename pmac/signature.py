@@ -18,7 +18,7 @@ import pandas as pd
 
 from .errors import InputError
 from .memsig import MEMORY_TABLES, check_tables, memory_tables_of_version, upgrade
-from .mpi import THREAD_LEVELS
+from .mpi import check_thread_level
 from .schema import check_document, ensure_folder, from_dict, read_yaml, register_kind, save_document, to_dict
 from .table import load_tables, save_tables
 from .trace import EVENT_TABLES, world_comm_table
@@ -71,9 +71,7 @@ class SignatureHeader:
     def __post_init__(self):
         if self.n_ranks <= 0:
             raise ValueError("n_ranks must be positive")
-        if self.mpi_thread_level and self.mpi_thread_level not in THREAD_LEVELS:
-            raise ValueError(f"mpi_thread_level must be one of {', '.join(THREAD_LEVELS)} or empty, "
-                             f"got {self.mpi_thread_level!r}")
+        check_thread_level("mpi_thread_level", self.mpi_thread_level)
         if self.rank_hosts and len(self.rank_hosts) != self.n_ranks:
             raise ValueError(f"rank_hosts has {len(self.rank_hosts)} entries for {self.n_ranks} ranks")
 
