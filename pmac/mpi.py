@@ -27,6 +27,12 @@ def check_thread_level(name: str, level: str) -> None:
         raise ValueError(f"{name} must be one of {', '.join(THREAD_LEVELS)} or empty, got {level!r}")
 
 
+#: the classes of thread level a library's costs differ by (thread_level_class), the main
+#: network's first: C and Fortran programs calling MPI_Init run at single, mpi4py programs at
+#: multiple (its default); ``pmac probe`` measures the network at each
+THREAD_CLASSES = ("single", "multiple")
+
+
 def thread_level_class(level: str) -> str:
     """The class of thread level a library's cost depends on: ``'multiple'`` or ``'single'``
     (single, funneled and serialized: MPICH and Open MPI take their locks only at

@@ -30,7 +30,7 @@ import pandas as pd
 from .calibrate_exchange import calibrate_network
 from .errors import ProbeError, ToolMissingError
 from .fit_network import fit_network
-from .mpi import find_mpi, launch_command, mpi_env
+from .mpi import THREAD_CLASSES, find_mpi, launch_command, mpi_env
 from .profile import RAW_TABLES, NetworkModel
 from .table import load_tables
 
@@ -38,9 +38,6 @@ Progress = Callable[[float, str], None]
 
 #: the raw tables this probe fills
 TABLES = ("pingpong", "collective")
-#: the thread levels ``pmac probe`` measures the network at, the main network's first: C and
-#: Fortran programs calling MPI_Init run at single, mpi4py programs at multiple (its default)
-THREAD_CLASSES = ("single", "multiple")
 
 
 def probe_script() -> Path:

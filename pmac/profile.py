@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError, MissingSectionError
-from .mpi import check_thread_level, thread_level_class
+from .mpi import THREAD_CLASSES, check_thread_level, thread_level_class
 from .schema import (check_document, from_dict, read_yaml, register_kind, save_document,
                      sha256_file, to_dict)
 from .table import TableSpec, load_tables
@@ -475,7 +475,7 @@ RAW_TABLES = {
 #: as ``pingpong_<level>`` and ``collective_<level>``; the main network's as plain ``pingpong``
 NETWORK_RAW_TABLES = ("pingpong", "collective")
 RAW_TABLES |= {f"{t}_{lv}": dataclasses.replace(RAW_TABLES[t], name=f"{t}_{lv}")
-               for lv in ("single", "multiple") for t in NETWORK_RAW_TABLES}
+               for lv in THREAD_CLASSES for t in NETWORK_RAW_TABLES}
 
 
 # ---------------------------------------------------------------- file I/O
