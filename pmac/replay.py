@@ -67,7 +67,7 @@ Several machines: :class:`Replayer` prepares a trace once and replays it on each
 network, placement, bursts and options), redoing only the per-call link constants; results equal
 :func:`replay`'s, which is a one-machine Replayer.
 
-Memory: two records per event (40 bytes with 32-bit indices, pmac.replay_core.event_dtypes), one
+Memory: two records per event (32 bytes with 32-bit indices, pmac.replay_core.event_dtypes), one
 index per request row, with ``options.critical_path`` (default) one partner index per event, with
 ``options.timeline`` one end time per event; the bursts are read from the caller's column; no
 per-event Python objects.
@@ -304,8 +304,9 @@ class _Prepared:
     #: send_bytes and dest of the events (the caller's columns where their dtypes fit)
     sbytes: np.ndarray
     dest: np.ndarray
-    #: eager / inter-node bits of sends and receives, a send's uncontended wire time
-    #: (pmac.replay_passes.prepare_events)
+    #: eager / inter-node bits of sends and receives, a send's uncontended wire time (a view of
+    #: the records' ``arrival`` field, which holds it until the send's arrival is computed;
+    #: pmac.replay_passes.prepare_events)
     sflag: np.ndarray
     wire: np.ndarray
     #: the packed network (pmac.collectives), its contention state fresh
@@ -472,7 +473,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
     rec_dt, pair_dt = core.event_dtypes(narrow)
     rec = np.empty(n + 1, rec_dt)  # +1: sentinel event that never posts (missing collective member)
     pairs = np.empty(n, pair_dt)
-    kind, sflag, wire = rec["kind"][:n], rec["sflag"][:n], rec["wire"][:n]
+    kind, sflag, wire = rec["kind"][:n], rec["sflag"][:n], rec["arrival"][:n]
     psend, precv = pairs["psend"], pairs["precv"]
     wreq_off = rec["wreq_off"]
     wreq_buf = np.empty(req_cols[0].size, np.int32 if narrow else np.int64)  # numpy's: huge pages
@@ -613,7 +614,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
                                    inst_extra_s=extra2)
 
     # relink takes the prepared trace as an argument: a closure over it would make a reference
-    # cycle, and the records (~44 bytes an event) would wait for the cyclic garbage collector
+    # cycle, and the records (~36 bytes an event) would wait for the cyclic garbage collector
     return _Prepared(n_ranks=n_ranks, rank=rank, seq=seq, op=op, rank_off=rank_off, kind=kind,
                      burst=burst, sbytes=sbytes, dest=dest, sflag=sflag, wire=wire, nf=nf, ni=ni,
                      psend=psend, precv=precv, wreq_off=wreq_off, wreq_ev=np.ascontiguousarray(wreq_ev),
