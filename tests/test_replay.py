@@ -892,7 +892,7 @@ def test_a_replayer_prepares_once_and_replays_each_machine_as_replay_does():
 
 
 def test_the_prepared_trace_is_freed_when_replay_returns(monkeypatch):
-    """The records (~44 bytes an event) go with the call, by reference counting: no reference
+    """The records (~36 bytes an event) go with the call, by reference counting: no reference
     cycle leaves them to the cyclic garbage collector (a relink closure over the prepared trace
     once made one)."""
     import gc
