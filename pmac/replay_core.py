@@ -49,8 +49,8 @@ def event_dtypes(narrow: bool = True):
     48-byte version on the dev VM: 1.22-1.31 s -> 1.04-1.13 s; the repeated call and the core loop
     did not move. A send's wire time is needed only until its arrival is computed, so it is kept in
     the ``arrival`` field until then (the F_ARRIVED bit of ``sflag`` says which it holds): a 24-byte
-    record instead of 32. The replay alone (/tmp script, not in bench/), three runs alternating with
-    the 32-byte version: first call 1.06-1.24 s -> 0.95-1.03 s, the repeated call 0.91-0.93 s both."""
+    record instead of 32. bench/replay, two runs alternating with the 32-byte version: first call
+    0.98-0.99 s -> 0.90 s, the repeated call 0.88-0.90 s both."""
     ix = np.int32 if narrow else np.int64
     rec = np.dtype([("post_t", np.float64), ("arrival", np.float64), ("wreq_off", ix), ("kind", np.int8),
                     ("sflag", np.int8)], align=True)

@@ -101,7 +101,9 @@ def prepare_events(op, rank, dest, source, comm, send_tag, recv_tag, sbytes, bur
     - Per call: its core ``kind``; ``sflag`` bits (pmac.replay_core): a send that is eager, a send
       to another node, a receive from another node; ``post_t`` and ``arrival`` NaN (not yet
       simulated), then ``wire``, a send's uncontended wire time (pmac.collectives.wire_nodes),
-      set only for sends with a destination: the core passes the ``arrival`` field as ``wire``. The core reads the bursts from ``burst_in`` itself.
+      set only for sends with a destination (pmac.replay passes the records' ``arrival`` field as
+      ``wire``: it holds the wire time until the core computes the arrival). The core reads the
+      bursts from ``burst_in`` itself.
     - Matching: the k-th send of (comm, source, dest, tag) to the k-th receive of the same key, in
       event order (MPI's non-overtaking rule); a (comm, source, dest) pair with an MPI_ANY_TAG
       receive ignores tags (``any_tag``: some receive has a negative tag). ``psend`` / ``precv``:
