@@ -102,14 +102,14 @@ def convolve_phases(ba: BurstArrays, phases: Phases | None, machines: Sequence[M
         tot[p] = np.bincount(b, weights=raw[p], minlength=n_b)
     size = phases.rows.load_bytes + phases.rows.store_bytes
     size_tot = np.bincount(b, weights=size, minlength=n_b)[b]
-    n_rows = np.bincount(b, minlength=n_b)[b]
-    even = np.where(size_tot > 0, size / np.where(size_tot > 0, size_tot, 1.0), 1.0 / n_rows)
+    count = np.bincount(b, minlength=n_b)   # rows per burst
+    even = np.where(size_tot > 0, size / np.where(size_tot > 0, size_tot, 1.0), 1.0 / count[b])
     t = tot[:, b]
     share = np.where(t > 0, raw / np.where(t > 0, t, 1.0), even[None, :])
     m_rows = m[:, b] * share
     c_rows = rr.compute_s
     beta = np.array([mc.beta for mc in machines])[:, None]
-    has = np.bincount(b, minlength=n_b) > 0
+    has = count > 0
     compute_s = c.copy()
     for p in range(n_p):
         sx = np.bincount(b, weights=np.maximum(m_rows[p], c_rows[p]), minlength=n_b)
