@@ -580,8 +580,9 @@ def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ..
 
 def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = None,
                  progress: Callable[[float, str], None] | None = None, sample_rate: float = DEFAULT_SAMPLE_RATE,
-                 timeout_s: float | None = None) -> Path:
+                 timeout_s: float | None = None, env: dict | None = None) -> Path:
     """Take the memory signature of ``argv`` into the signature folder ``out``; returns ``out``.
+    ``env``: the program's environment (default: this process's).
 
     When ``out`` holds a signature (e.g. from ``pmac trace`` just before), its header and
     events are kept and ``memory.npz`` is added; otherwise a memory-only signature is made.
@@ -593,7 +594,8 @@ def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = 
     tmp = Path(tempfile.mkdtemp(prefix=".mem-", dir=out.parent if out.parent.exists() else None))
     try:
         progress(0.05, "running under valgrind")
-        run = run_under_tool(argv, tmp, ranks=ranks, sample_rate=sample_rate, timeout_s=timeout_s, stream=True)
+        run = run_under_tool(argv, tmp, ranks=ranks, sample_rate=sample_rate, timeout_s=timeout_s, stream=True,
+                             env=env)
         rc, wall = run.returncode, run.wall_s
         progress(0.7, "computing reuse distances")
         outputs = {r: run.output(r) for r in sorted(run.files)}
