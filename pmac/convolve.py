@@ -60,7 +60,20 @@ dependency probe's shortest distance (one chain of dependent multiplies and adds
 ``t_flop = max(t_flop, fp_recurrence * t_chain_op)``. Why: cg_mpi4py's dot products (numba, no
 fastmath) are such chains, and ran 2x slower than the flop count at the throughput rate says.
 Signatures before version 3 (-1, not counted) and profiles without the dependency probe skip it.
-``t_compute = t_flop + t_branch``.
+**Instruction fetch.** A burst's ``fetches`` (pmac_vg: entries into a 32-byte chunk of code) have
+their own reuse histogram (access kind 2, signature version 6); those beyond the profile's L1
+instruction cache (``node.fetch``: its size, fully associative like the data levels) miss, each
+at the fetch probe's ``miss_s`` (probes/fetch.py: code jumping in random order, a footprint of
+4 x L1i against one of L1i / 2): ``t_fetch = fetches * (1 - F_fetch(C_L1i)) * miss_s``. A miss
+stalls the front end as a mispredicted branch does, so it adds to the compute side. Why:
+cg_mpi4py-n2-3000's interpreter-bound bursts run 64 k instructions and 18 k fetches an
+iteration through code that a 32 KiB cache does not hold and a 64 KiB one does (its fetch
+histogram). What it does not capture: conflict misses (callgrind's 8-way L1i counts 2,427 misses
+an iteration in those bursts, bench/frontend_check, where the fully associative histogram gives
+869 and Smith's random-placement model 1,405), and misses behind mispredicted indirect jumps,
+which cost more than the probe's predictable direct ones. Signatures before version 6 and profiles without
+``node.fetch`` skip it.
+``t_compute = t_flop + t_branch + t_fetch``.
 
 **Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
 perfect overlap, ``beta = 1`` none. ``beta`` belongs to the machine (pmac.overlap calibrates it).
@@ -80,7 +93,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import MissingSectionError
-from .memsig import (ACCESS_LOAD, ACCESS_STORE, COLD_BIN, LINE_SIZES_BYTES, N_REUSE_BINS,
+from .memsig import (ACCESS_FETCH, ACCESS_LOAD, ACCESS_STORE, COLD_BIN, LINE_SIZES_BYTES, N_REUSE_BINS,
                      REUSE_BIN_EDGES_LINES)
 from .profile import MachineProfile
 
@@ -132,24 +145,33 @@ class BurstArrays:
     cum: np.ndarray
     #: bursts whose histogram was empty and borrowed the rank's (or the run's) aggregate
     n_borrowed_hist: int = 0
-    #: (line sizes x 2 x bursts): which of the bursts' own sampled histograms (line size, loads /
-    #: stores, burst) were empty, borrowed or not (None: not recorded)
+    #: (line sizes x 3 x bursts): which of the bursts' own sampled histograms (line size, loads /
+    #: stores / fetches, burst) were empty, borrowed or not (None: not recorded)
     unsampled: np.ndarray | None = None
     #: divide and square-root operations (part of the flop); None: not recorded (priced as flop)
     divsqrt: np.ndarray | None = None
     #: FP operations on loop-carried dependency chains; None: not recorded
     recurrence: np.ndarray | None = None
+    #: instruction fetches (entries into a 32-byte chunk of code); None: not recorded
+    fetches: np.ndarray | None = None
+    #: ``fetch_cum[l, b, k]``: as ``cum`` for the fetches (None with ``fetches``)
+    fetch_cum: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.rank)
         for name in ("seq", "load_bytes", "store_bytes", "loads", "stores", "flop_scalar", "flop_simd", "branches",
                      "dep_distance_mean", "branch_miss_frac") + (("divsqrt",) if self.divsqrt is not None else ()) + (
-                         ("recurrence",) if self.recurrence is not None else ()):
+                         ("recurrence",) if self.recurrence is not None else ()) + (
+                         ("fetches",) if self.fetches is not None else ()):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"BurstArrays.{name} has {len(getattr(self, name))} entries, expected {n}")
         if self.cum.ndim != 4 or self.cum.shape[:3] != (len(self.line_bytes), 2, n):
             raise ValueError(f"BurstArrays.cum has shape {self.cum.shape}, expected "
                              f"({len(self.line_bytes)}, 2, {n}, K)")
+        if (self.fetches is None) != (self.fetch_cum is None) or (
+                self.fetch_cum is not None and self.fetch_cum.shape != (len(self.line_bytes), n, self.cum.shape[3])):
+            raise ValueError("BurstArrays: fetches and fetch_cum go together, fetch_cum shaped as cum without "
+                             "the access axis")
 
     @property
     def n_bursts(self) -> int:
@@ -185,7 +207,8 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
         present = sorted(set(reuse["line_bytes"].unique().tolist())) if reuse is not None and len(reuse) else []
         line_sizes = tuple(int(x) for x in present) or (64,)
     line_sizes = tuple(int(x) for x in line_sizes)
-    hist = np.zeros((len(line_sizes), 2, n, N_REUSE_BINS), dtype=np.float64)
+    kinds = (ACCESS_LOAD, ACCESS_STORE, ACCESS_FETCH)
+    hist = np.zeros((len(line_sizes), len(kinds), n, N_REUSE_BINS), dtype=np.float64)
     if reuse is not None and len(reuse):
         r = reuse[(reuse["seq"] >= 0) & (reuse["function"] == "")]
         key = pd.DataFrame({"rank": bursts["rank"].to_numpy(), "seq": bursts["seq"].to_numpy(),
@@ -204,7 +227,7 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     if empty.any():
         ranks = bursts["rank"].to_numpy()
         for l in range(len(line_sizes)):
-            for a in (ACCESS_LOAD, ACCESS_STORE):
+            for a in kinds:
                 e = empty[l, a]
                 if not e.any():
                     continue
@@ -216,13 +239,19 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
                         agg = whole
                     if agg.sum() > 0:
                         hist[l, a, e & rows] = agg
-                        borrowed |= e & rows
+                        if a != ACCESS_FETCH:   # counted: bursts whose data histogram was borrowed
+                            borrowed |= e & rows
         totals = hist.sum(axis=3)
-    cum = np.zeros((len(line_sizes), 2, n, N_CUM), dtype=dtype)
+    cum = np.zeros((len(line_sizes), len(kinds), n, N_CUM), dtype=dtype)
     c = np.cumsum(hist[..., :N_CUM - 1], axis=3)
     with np.errstate(invalid="ignore", divide="ignore"):
         frac = np.where(totals[..., None] > 0, c / np.where(totals > 0, totals, 1.0)[..., None], 0.0)
     cum[..., 1:] = frac
+    fetches = fetch_cum = None   # not counted before signature version 6
+    if "fetches" in bursts.columns and (bursts["fetches"].to_numpy() >= 0).all():
+        fetches = bursts["fetches"].to_numpy(np.float64)
+        fetch_cum = np.ascontiguousarray(cum[:, ACCESS_FETCH])
+    cum = np.ascontiguousarray(cum[:, :2])
     flop_s, flop_v = _flop_split(bursts)
     dep = np.nan_to_num(bursts["dep_distance_mean"].to_numpy(np.float64), nan=0.0)
     bmiss = np.nan_to_num(bursts["branch_miss_frac"].to_numpy(np.float64), nan=0.0)
@@ -241,7 +270,8 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
         load_bytes=lb, store_bytes=sb, loads=loads, stores=stores,
         flop_scalar=flop_s, flop_simd=flop_v, branches=bursts["branches"].to_numpy(np.float64),
         dep_distance_mean=dep, branch_miss_frac=bmiss, line_bytes=line_sizes, cum=cum,
-        n_borrowed_hist=int(borrowed.sum()), unsampled=unsampled, divsqrt=divsqrt, recurrence=recurrence)
+        n_borrowed_hist=int(borrowed.sum()), unsampled=unsampled, divsqrt=divsqrt, recurrence=recurrence,
+        fetches=fetches, fetch_cum=fetch_cum)
 
 
 def event_bursts(ba: BurstArrays, events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -282,6 +312,11 @@ class MachineCoeffs:
     divsqrt_per_s: float | None = None
     #: seconds per FP operation of one dependent chain; None: chains not priced
     chain_op_s: float | None = None
+    #: the L1 instruction cache in lines of ``l1i_line_bytes``, and the price of a miss in it;
+    #: None: no instruction-cache term (the profile has no ``node.fetch``)
+    l1i_capacity_lines: float = 0.0
+    l1i_line_bytes: int = 64
+    fetch_miss_s: float | None = None
     beta: float = DEFAULT_BETA
     active_cores: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -375,6 +410,11 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         order = np.argsort(comp.branch_miss_frac)
         br_x = tuple(np.asarray(comp.branch_miss_frac, dtype=np.float64)[order])
         br_y = tuple(np.asarray(comp.branch_cost_s, dtype=np.float64)[order])
+    l1i_lines, l1i_line, fetch_miss = 0.0, 64, None
+    if node.fetch is not None:
+        l1i_line = node.fetch.l1i_line_bytes
+        l1i_lines = node.fetch.l1i_size_bytes / l1i_line
+        fetch_miss = node.fetch.miss_s
     if beta is None:
         ov = profile.overlap
         if ov is not None and ov.kind in OVERLAP_KINDS and "beta" in ov.params:
@@ -387,8 +427,8 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         load_bandwidth_bytes_per_s=tuple(bl), store_bandwidth_bytes_per_s=tuple(bs),
         flop_per_s_scalar=comp.flop_per_s_scalar, flop_per_s_simd=comp.flop_per_s_simd,
         dep_distance=dep_x, dep_slowdown_ratio=dep_y, branch_miss_frac=br_x, branch_cost_s=br_y,
-        divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, beta=float(beta), active_cores=active,
-        notes=tuple(notes))
+        divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, l1i_capacity_lines=l1i_lines, l1i_line_bytes=l1i_line,
+        fetch_miss_s=fetch_miss, beta=float(beta), active_cores=active, notes=tuple(notes))
 
 
 # ---------------------------------------------------------------- the kernel
@@ -411,12 +451,13 @@ def _segment_curve(out, x, y0, xs, iw, dy, p):
 def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, recur, branches, dep, bmiss,
             cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, t_ch,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
-            out_t, out_m, out_c, detail):
+            out_t, out_m, out_c, detail, fetches, fetch_cum, f_line, f_edge, f_frac, f_miss, has_fetch):
     """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
     as a vector over the chunk's bursts, then per machine simple loops over those bursts
     (contiguous, vectorised) writing the machine's row ``out_t[p, b0:b1]``. Machine arrays are
     (X, machine); levels are padded (a padded level repeats the previous capacity point), curves
-    are sums of clamped segments."""
+    are sums of clamped segments. With ``has_fetch``, a machine with ``f_miss > 0`` adds its L1i
+    misses (``fetches * (1 - F_fetch(L1i))``) at ``f_miss`` each to the compute time."""
     n_b = load_bytes.shape[0]
     n_p = beta.shape[0]
     n_k = cap_line.shape[0]
@@ -537,9 +578,19 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
                 # loop-carried chains: no core overlaps their operations
                 for j in range(m):
                     tf[j] = max(tf[j], rec[j] * tch)
+            if has_fetch and f_miss[p] > 0.0:
+                # instruction-cache misses stall the front end like mispredicted branches
+                fl, fe, ff, fm = f_line[p], f_edge[p], f_frac[p], f_miss[p]
+                for j in range(m):
+                    c0 = fetch_cum[fl, b0 + j, fe]
+                    hit = c0 + ff * (fetch_cum[fl, b0 + j, fe + 1] - c0)
+                    cost[j] = brb[j] * cost[j] + fetches[b0 + j] * (1.0 - hit) * fm
+            else:
+                for j in range(m):
+                    cost[j] = brb[j] * cost[j]
             for j in range(m):
                 sl = slow[j] if x_dep[j] > 0.0 else 1.0
-                tc = tf[j] * sl + brb[j] * cost[j]
+                tc = tf[j] * sl + cost[j]
                 t_m = tm[j]
                 out_t[p, b0 + j] = max(t_m, tc) + bet * min(t_m, tc)
                 if detail:
@@ -590,7 +641,8 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
              inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), inv_dv=np.zeros(n_p), t_ch=np.zeros(n_p),
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
              br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
-             beta=np.zeros(n_p))
+             beta=np.zeros(n_p), f_line=np.zeros(n_p, np.int64), f_edge=np.zeros(n_p, np.int64),
+             f_frac=np.zeros(n_p), f_miss=np.zeros(n_p))
     for p, m in enumerate(machines):
         nl = len(m.level_names)
         k = 0
@@ -618,6 +670,12 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
         a["br_y0"][p], a["br_x"][:, p], a["br_iw"][:, p], a["br_dy"][:, p] = _segments(
             m.branch_miss_frac, m.branch_cost_s, 0.0, n_r)
         a["beta"][p] = m.beta
+        if m.fetch_miss_s is not None and m.l1i_capacity_lines > 0:
+            li = int(np.argmin(np.abs(np.log2(lb) - np.log2(m.l1i_line_bytes))))
+            cap = m.l1i_capacity_lines * m.l1i_line_bytes / lb[li]
+            a["f_line"][p] = li
+            a["f_edge"][p], a["f_frac"][p] = edge_position(min(cap, MAX_CAPACITY_LINES))
+            a["f_miss"][p] = m.fetch_miss_s
     knots = {m.branch_miss_frac for m in machines}
     shared = next(iter(knots)) if len(knots) == 1 else ()
     if len(shared) >= 2 and np.all(np.diff(shared) > 0):
@@ -658,13 +716,19 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
     out_c = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
     divsqrt = bursts.divsqrt if bursts.divsqrt is not None else np.zeros(n_b)
     recur = bursts.recurrence if bursts.recurrence is not None else np.zeros(n_b)
+    has_fetch = bursts.fetches is not None
+    if has_fetch and int(a["f_edge"].max()) + 1 >= bursts.fetch_cum.shape[2]:
+        raise ValueError("convolve: an instruction cache is larger than the cumulative histograms cover")
+    fetches = bursts.fetches if has_fetch else np.zeros(1)
+    fetch_cum = bursts.fetch_cum if has_fetch else np.zeros((1, 1, 2), bursts.cum.dtype)
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
             bursts.flop_scalar, bursts.flop_simd, divsqrt, recur,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
             a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["line_b"], a["inv_bl"], a["inv_bs"],
             a["inv_fs"], a["inv_fv"], a["inv_dv"], a["t_ch"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
-            out_t, out_m, out_c, detail)
+            out_t, out_m, out_c, detail, fetches, fetch_cum, a["f_line"], a["f_edge"], a["f_frac"], a["f_miss"],
+            has_fetch)
     return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t,
                           memory_s=out_m if detail else None, compute_s=out_c if detail else None)
 

@@ -33,6 +33,10 @@ COLD_BIN = N_REUSE_BINS - 1
 
 ACCESS_LOAD = 0
 ACCESS_STORE = 1
+#: instruction fetches of 32-byte chunks of code (signature version 6; pmac_vg.c C_FETCH): their own
+#: LRU stack, what an instruction cache holds
+ACCESS_FETCH = 2
+ACCESS_KINDS = (ACCESS_LOAD, ACCESS_STORE, ACCESS_FETCH)
 
 
 def reuse_bin(distance_lines: np.ndarray) -> np.ndarray:
@@ -75,6 +79,7 @@ BURSTS = TableSpec(name="bursts", columns=(
     ("flop", "float64"),         # floating-point operations (lanes x instructions)
     ("fp_divsqrt", "int64"),     # of which divides and square roots (lanes); -1: not counted
     ("fp_recurrence", "int64"),  # FP operations on loop-carried dependency chains; -1: not counted
+    ("fetches", "int64"),        # instruction fetches (entries into a 32-byte chunk of code); -1: not counted
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
     ("branch_miss_frac", "float64"),
@@ -86,7 +91,7 @@ REUSE = TableSpec(name="reuse", columns=(
     ("seq", "int64"),            # burst key; -1 for whole-run / per-function rows
     ("function", "U64"),         # '' for burst rows
     ("line_bytes", "int32"),
-    ("access", "int8"),          # ACCESS_LOAD / ACCESS_STORE
+    ("access", "int8"),          # ACCESS_LOAD / ACCESS_STORE / ACCESS_FETCH
     ("bin", "int16"),
     ("count", "float64"),        # scaled to the full (unsampled) access count
 ))
@@ -107,6 +112,7 @@ FUNCTIONS = TableSpec(name="functions", columns=(
     ("flop", "float64"),
     ("fp_divsqrt", "int64"),
     ("fp_recurrence", "int64"),
+    ("fetches", "int64"),
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
     ("branch_miss_frac", "float64"),
@@ -136,6 +142,7 @@ MEMORY_TABLES = {t.name: t for t in (BURSTS, REUSE, FUNCTIONS, BURST_FUNCTIONS)}
 ADDED_COLUMNS = {
     2: {"bursts": {"fp_divsqrt": -1}, "functions": {"fp_divsqrt": -1}},
     3: {"bursts": {"fp_recurrence": -1}, "functions": {"fp_recurrence": -1}},
+    6: {"bursts": {"fetches": -1}, "functions": {"fetches": -1}, "burst_functions": {"fetches": -1}},
 }
 
 
@@ -189,10 +196,10 @@ def check_tables(tables: dict) -> None:
         if bins.min() < 0 or bins.max() > COLD_BIN:
             raise ValueError(f"table 'reuse': bin {int(bins.min() if bins.min() < 0 else bins.max())} "
                              f"outside 0..{COLD_BIN}")
-        bad = ~np.isin(r["access"].to_numpy(), (ACCESS_LOAD, ACCESS_STORE))
+        bad = ~np.isin(r["access"].to_numpy(), ACCESS_KINDS)
         if bad.any():
-            raise ValueError(f"table 'reuse': access {int(r['access'].to_numpy()[bad][0])} is neither "
-                             f"{ACCESS_LOAD} (load) nor {ACCESS_STORE} (store)")
+            raise ValueError(f"table 'reuse': access {int(r['access'].to_numpy()[bad][0])} is none of "
+                             f"{ACCESS_LOAD} (load), {ACCESS_STORE} (store), {ACCESS_FETCH} (fetch)")
         lb = r["line_bytes"].to_numpy().astype(np.int64)
         bad = (lb < 32) | (lb & (lb - 1) != 0)
         if bad.any():

@@ -47,11 +47,14 @@ from .vgtool_build import build_tool, valgrind_command
 #: counters of the tool, in file order (pmac_vg.c enum C_*)
 COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256",
             "fp_512", "flop", "fp_divsqrt", "branches", "branch_misses", "dep_sum", "dep_n", "fp_recurrence",
-            "sampled")
+            "fetches", "sampled")
 #: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations),
-#: 3 fp_recurrence (FP operations on loop-carried chains), 4 the counters per (burst, function);
+#: 3 fp_recurrence (FP operations on loop-carried chains), 4 the counters per (burst, function),
+#: 5 instruction fetches (counted, and sampled in the access file: ACC_MAGIC);
 #: the files live only while a trace runs, so older ones are refused, not migrated
-TOOL_FILE_VERSION = 4
+TOOL_FILE_VERSION = 5
+#: the access file's magic: version 2 words carry fetches (bit 62) and 18-bit function ids
+ACC_MAGIC = b"PMACVGA2"
 NC = len(COUNTERS)
 _HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("n_counters", "<u4"), ("hash_bits", "<u4"),
                     ("threshold", "<u4"), ("pid", "<i4"), ("flags", "<u4"), ("n_bursts", "<i8"),
@@ -78,9 +81,10 @@ class ToolOutput:
     object: np.ndarray            # str [n_functions]
     functions: np.ndarray         # uint64 [n_functions, NC]
     words: np.ndarray             # uint64 sampled access words (pmac_vg.c); empty when streamed
-    #: per line size, histograms [n_bursts, 2, bins] computed while the program ran (streamed)
+    #: per line size, histograms [n_bursts, 3, bins] (loads, stores, fetches) computed while the
+    #: program ran (streamed)
     hists: dict[int, np.ndarray] | None = None
-    #: the same per function [n_functions, 2, bins] (streamed)
+    #: the same per function [n_functions, 3, bins] (streamed)
     fn_hists: dict[int, np.ndarray] | None = None
     #: per (burst, function) pair the code of a burst ran: burst index and function index
     #: [m, 2], and their counters [m, NC]
@@ -133,7 +137,7 @@ def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> 
     except OSError as exc:
         raise InputError(f"cannot read the sampled accesses: {exc.strerror}", path=acc_path) from None
     nw = int(h["n_acc_words"])
-    if len(acc) < _ACC_HEADER.itemsize or acc[:8] != b"PMACVGA1":
+    if len(acc) < _ACC_HEADER.itemsize or acc[:8] != ACC_MAGIC:
         raise InputError("not a pmac_vg access file (bad magic)", path=acc_path)
     if len(acc) != _ACC_HEADER.itemsize + 8 * nw:
         raise TruncatedError(f"{len(acc)} bytes where the summary announces {nw} access words "
@@ -209,7 +213,7 @@ class AccessStream:
                     break
                 head += part
             self.header = head
-            if len(head) < _ACC_HEADER.itemsize or head[:8] != b"PMACVGA1":
+            if len(head) < _ACC_HEADER.itemsize or head[:8] != ACC_MAGIC:
                 return
             ah = np.frombuffer(head, _ACC_HEADER)[0]
             scale = (1 << HASH_BITS) / ah["threshold"] if ah["threshold"] else 0.0
@@ -255,7 +259,7 @@ class AccessStream:
         self.release()
         if self.error:
             raise InputError(f"reading the sampled accesses failed: {self.error}", path=path)
-        if len(self.header) < _ACC_HEADER.itemsize or self.header[:8] != b"PMACVGA1":
+        if len(self.header) < _ACC_HEADER.itemsize or self.header[:8] != ACC_MAGIC:
             raise InputError("not a pmac_vg access stream (bad or missing header)", path=path)
         ah = np.frombuffer(self.header, _ACC_HEADER)[0]
         if ah["hash_bits"] != HASH_BITS or ah["threshold"] != h["threshold"]:
@@ -282,7 +286,8 @@ def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
         dep = np.where(col["dep_n"] > 0, col["dep_sum"] / np.maximum(col["dep_n"], 1), np.nan)
         miss = np.where(col["branches"] > 0, col["branch_misses"] / np.maximum(col["branches"], 1), np.nan)
     out = {k: col[k] for k in ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar",
-                               "fp_128", "fp_256", "fp_512", "fp_divsqrt", "fp_recurrence", "branches")}
+                               "fp_128", "fp_256", "fp_512", "fp_divsqrt", "fp_recurrence", "fetches",
+                               "branches")}
     out["flop"] = col["flop"].astype(np.float64)
     out["dep_distance_mean"] = dep
     out["branch_miss_frac"] = miss
@@ -340,7 +345,7 @@ def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...]
             else:
                 bh = BurstHistograms(lb, scale)
                 bh.feed(o.words)
-                h, fh = bh.result(n), bh.function_result(len(o.function))    # [n, 2, bins], [nf, 2, bins]
+                h, fh = bh.result(n), bh.function_result(len(o.function))    # [n, 3, bins], [nf, 3, bins]
             bi, ai, ki = np.nonzero(h)
             reuse.append(pd.DataFrame({
                 "rank": np.full(len(bi), rank, np.int32), "seq": o.burst_seq[bi], "function": "",

@@ -61,6 +61,7 @@ def phases_of(memory: dict[str, pd.DataFrame], ba: BurstArrays) -> Phases | None
     rows = burst_arrays({"bursts": BURSTS.coerce(counters)}, line_sizes=ba.line_bytes, dtype=ba.cum.dtype)
     # each row's histograms: its function's whole-run ones on its rank, else its burst's
     cum = ba.cum[:, :, burst, :].copy()
+    fetch_cum = ba.fetch_cum[:, burst, :].copy() if ba.fetch_cum is not None and rows.fetches is not None else None
     reuse = memory.get("reuse")
     named = bf["function"].to_numpy() != OTHER_FUNCTIONS
     if reuse is not None and len(reuse) and named.any():
@@ -77,9 +78,13 @@ def phases_of(memory: dict[str, pd.DataFrame], ba: BurstArrays) -> Phases | None
                                dtype=ba.cum.dtype)
             row_f = pd.MultiIndex.from_frame(funcs).get_indexer(pd.MultiIndex.from_frame(bf[["rank", "function"]]))
             has = row_f >= 0
-            own = ~fba.unsampled[:, :, row_f[has]]             # (line sizes, 2, rows with a function)
-            cum[:, :, has, :] = np.where(own[..., None], fba.cum[:, :, row_f[has], :], cum[:, :, has, :])
-    rows = dataclasses.replace(rows, cum=cum, unsampled=None, n_borrowed_hist=0)
+            own = ~fba.unsampled[:, :, row_f[has]]             # (line sizes, 3, rows with a function)
+            cum[:, :, has, :] = np.where(own[:, :2, :, None], fba.cum[:, :, row_f[has], :], cum[:, :, has, :])
+            if fetch_cum is not None and fba.fetch_cum is not None:
+                fetch_cum[:, has, :] = np.where(own[:, 2, :, None], fba.fetch_cum[:, row_f[has], :],
+                                                fetch_cum[:, has, :])
+    rows = dataclasses.replace(rows, cum=cum, unsampled=None, n_borrowed_hist=0,
+                               fetches=rows.fetches if fetch_cum is not None else None, fetch_cum=fetch_cum)
     return Phases(rows=rows, burst=burst)
 
 

@@ -32,14 +32,15 @@ import pandas as pd
 
 from .errors import InputError, PmacError, ProbeError, ToolMissingError
 from .fit import curves_from_raw, fit_node, latency_from_raw, os_caches
-from .profile import RAW_TABLES, ComputeModel, MachineProfile, NodeModel, save_profile
+from .profile import RAW_TABLES, ComputeModel, FetchModel, MachineProfile, NodeModel, save_profile
 from .schema import ensure_folder, provenance, sha256_file
 from .table import save_tables
 
 Progress = Callable[[float, str], None]
 
 #: share of the progress bar per phase
-_PHASES = {"memory": (0.0, 0.62), "compute": (0.62, 0.68), "overlap": (0.68, 0.72), "network": (0.72, 1.0)}
+_PHASES = {"memory": (0.0, 0.62), "compute": (0.62, 0.68), "overlap": (0.68, 0.71), "fetch": (0.71, 0.72),
+           "network": (0.72, 1.0)}
 
 
 def cpu_model() -> str:
@@ -108,6 +109,45 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
         divsqrt_per_s=float(ds.iloc[0]) if ds is not None else None)
 
 
+def fetch_model(rows: pd.DataFrame, l1i: dict | None, *, baseline_bytes: int, miss_bytes: int,
+                source: str = "sysfs") -> FetchModel | None:
+    """FetchModel from the raw ``fetch`` table (probes/fetch.py): per footprint and layout the
+    median seconds per line; ``miss_s`` = random layout at ``miss_bytes`` minus at
+    ``baseline_bytes`` (floored at 0), ``miss_sequential_s`` alike. None without the L1i size."""
+    if l1i is None or not len(rows):
+        return None
+    med = rows.groupby(["pattern", "footprint_bytes"])["seconds_per_line_s"].median()
+
+    def price(pattern: str) -> float:
+        return max(0.0, float(med[(pattern, miss_bytes)] - med[(pattern, baseline_bytes)]))
+
+    fp = sorted(int(x) for x in rows["footprint_bytes"].unique())
+    return FetchModel(l1i_size_bytes=int(l1i["size_bytes"]), l1i_line_bytes=int(l1i.get("line_bytes") or 64),
+                      l1i_ways=int(l1i.get("ways") or 0), miss_s=price("random"),
+                      miss_sequential_s=price("sequential"), footprint_bytes=tuple(float(x) for x in fp),
+                      line_random_s=tuple(float(med[("random", x)]) for x in fp),
+                      line_sequential_s=tuple(float(med[("sequential", x)]) for x in fp), source=source)
+
+
+def measure_fetch(*, quick: bool, progress: Progress | None = None
+                  ) -> tuple[FetchModel | None, pd.DataFrame | None, list[str], dict]:
+    """The instruction-fetch probe: (model, raw table, warnings, details); no model off x86-64
+    or without the L1i size (a warning says which)."""
+    from probes import fetch as pf
+
+    try:
+        res = pf.run(quick=quick, progress=_sub(progress, "fetch"))
+    except pf.UnsupportedPlatform as exc:
+        return None, None, [f"no instruction-fetch probe ({exc}): no instruction-cache term"], {}
+    raw = RAW_TABLES["fetch"].coerce(pd.DataFrame(res["rows"]).drop(columns=["seconds_per_instruction_s"]))
+    warnings = [] if res["l1i"] else ["no L1 instruction-cache size from the OS: no instruction-cache term"]
+    model = fetch_model(raw, res["l1i"], baseline_bytes=res["baseline_footprint_bytes"],
+                        miss_bytes=res["miss_footprint_bytes"])
+    details = {"baseline_footprint_bytes": res["baseline_footprint_bytes"],
+               "miss_footprint_bytes": res["miss_footprint_bytes"]}
+    return model, raw, warnings, details
+
+
 def measure_node(*, quick: bool, progress: Progress | None = None, memory_params=None):
     """Run the memory and compute probes. Returns (NodeModel, raw tables, warnings, details)."""
     from probes import compute as pc
@@ -152,6 +192,11 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         n, reps = pm.measure_overlap(ws, r, p)
         rows += [dict(working_set_bytes=ws, chains=r, n_elements=n, rep=j, time_s=t) for j, t in enumerate(reps)]
     raw["overlap"] = RAW_TABLES["overlap"].coerce(pd.DataFrame(rows))
+    fetch, fetch_raw, fetch_warnings, fetch_details = measure_fetch(quick=quick, progress=progress)
+    warnings += fetch_warnings
+    if fetch_raw is not None:
+        raw["fetch"] = fetch_raw
+    node = dataclasses.replace(node, fetch=fetch)
     t3 = time.monotonic()
     details = {
         "memory_probe": {**p.to_dict(), "all_cores": "numba prange threads, one per core, each on its own slice"},
@@ -160,8 +205,9 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         "isa": isa,
         "os_caches": {"source": src, "levels": [dataclasses.asdict(c) for c in oc]},
         "fit_notes": list(fit.notes),
+        "fetch_probe": fetch_details,
         "phase_duration_s": {"memory": round(t1 - t0, 1), "compute": round(t2 - t1, 1),
-                             "overlap": round(t3 - t2, 1)},
+                             "overlap_and_fetch": round(t3 - t2, 1)},
     }
     return node, raw, warnings, details
 
@@ -274,4 +320,27 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
                              network_variants=net_variants)
     if progress:
         progress(1.0, "writing")
+    return _write_pair(profile, raw, yaml_path)
+
+
+def add_fetch(yaml_path: str | Path, *, quick: bool = False, progress: Progress | None = None,
+              command: str | None = None) -> MachineProfile:
+    """Run the instruction-fetch probe on this machine and write its result into the existing
+    profile ``yaml_path`` (``node.fetch`` and the sidecar's ``fetch`` table, atomically; the rest
+    of the profile stays as it was). For a profile probed before the fetch probe existed, on the
+    machine it describes: ``provenance.fetch_added`` records when and how."""
+    from .profile import load_profile, load_raw
+
+    yaml_path = Path(yaml_path)
+    profile = load_profile(yaml_path)
+    if profile.node is None:
+        raise InputError("the profile has no node section to add the fetch probe to", path=yaml_path)
+    raw = load_raw(profile, yaml_path)
+    model, fetch_raw, warnings, details = measure_fetch(quick=quick, progress=progress)
+    if model is None:
+        raise ProbeError(f"{yaml_path}: {'; '.join(warnings) or 'the fetch probe gave no result'}")
+    raw["fetch"] = fetch_raw
+    prov = dict(profile.provenance)
+    prov["fetch_added"] = provenance(command=command, parameters={"quick": quick, **details})
+    profile = dataclasses.replace(profile, node=dataclasses.replace(profile.node, fetch=model), provenance=prov)
     return _write_pair(profile, raw, yaml_path)

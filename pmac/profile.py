@@ -26,7 +26,9 @@ from .schema import (check_document, from_dict, read_yaml, register_kind, save_d
 from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
-register_kind(KIND, 7, {1: "first version: node (caches, memory, compute, curves), network "
+#: current schema version of machine profiles (history below)
+SCHEMA_VERSION = 8
+register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
                            "per second; version 1 files have none",
@@ -44,9 +46,12 @@ register_kind(KIND, 7, {1: "first version: node (caches, memory, compute, curves
                            "version 5 files have none (no such cost)",
                         7: "network.thread_level (optional: the MPI thread level the network was measured "
                            "at) and network_variants (optional: the network measured at other thread "
-                           "levels); version 6 files have '' (not recorded) and no variants"},
+                           "levels); version 6 files have '' (not recorded) and no variants",
+                        8: "node.fetch (optional: the L1 instruction cache and the price of a line fetched "
+                           "from beyond it, probes/fetch.py); version 7 files have none (no instruction-"
+                           "cache term)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
-                          5: lambda body: body, 6: lambda body: body})
+                          5: lambda body: body, 6: lambda body: body, 7: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -178,6 +183,41 @@ class ComputeModel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FetchModel:
+    """Instruction fetch (probes/fetch.py): the L1 instruction cache, and what one line of code
+    fetched from beyond it costs.
+
+    ``miss_s`` is the convolver's price of an L1i miss: the probe's time per 64-byte line of code
+    whose blocks jump to one another in random order, at a footprint beyond the L1i (in L2) minus
+    the same within it. ``miss_sequential_s`` is the same for code laid out in order (what
+    next-line prefetch hides; recorded, not used). The curve: per footprint, the median seconds
+    per line of each layout.
+    """
+
+    l1i_size_bytes: int
+    l1i_line_bytes: int = 64
+    #: 0: not known
+    l1i_ways: int = 0
+    miss_s: float
+    miss_sequential_s: float | None = None
+    footprint_bytes: tuple[float, ...] = ()
+    line_random_s: tuple[float, ...] = ()
+    line_sequential_s: tuple[float, ...] = ()
+    #: where the L1i geometry came from ('sysfs', or '' when given by hand)
+    source: str = ""
+
+    def __post_init__(self):
+        _positive("l1i_size_bytes", self.l1i_size_bytes)
+        _positive("l1i_line_bytes", self.l1i_line_bytes)
+        _positive("l1i_ways", self.l1i_ways, allow_zero=True)
+        _positive("miss_s", self.miss_s, allow_zero=True)
+        _positive("miss_sequential_s", self.miss_sequential_s, allow_zero=True)
+        n = len(self.footprint_bytes)
+        if len(self.line_random_s) != n or len(self.line_sequential_s) not in (0, n):
+            raise ValueError("fetch: footprint_bytes, line_random_s and line_sequential_s differ in length")
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeModel:
     cpu_model: str
     n_cores: int
@@ -186,6 +226,8 @@ class NodeModel:
     compute: ComputeModel | None = None
     bandwidth_curves: tuple[BandwidthCurve, ...] = ()
     latency_curve: LatencyCurve | None = None
+    #: instruction fetch (probes/fetch.py); None: not measured (no instruction-cache term)
+    fetch: FetchModel | None = None
 
     def __post_init__(self):
         if self.n_cores <= 0:
@@ -470,6 +512,9 @@ RAW_TABLES = {
     "overlap": TableSpec(name="overlap", columns=(
         ("working_set_bytes", "int64"), ("chains", "int32"), ("n_elements", "int64"), ("rep", "int32"),
         ("time_s", "float64"))),
+    # the instruction-fetch probe (probes/fetch.py): seconds per 64-byte line of code by layout
+    "fetch": TableSpec(name="fetch", columns=(
+        ("pattern", "U16"), ("footprint_bytes", "int64"), ("rep", "int32"), ("seconds_per_line_s", "float64"))),
 }
 #: the network probe's tables of a network variant (MachineProfile.network_variants) are stored
 #: as ``pingpong_<level>`` and ``collective_<level>``; the main network's as plain ``pingpong``

@@ -397,10 +397,14 @@ def reuse_histogram(lines: np.ndarray, is_store: np.ndarray | None = None, *, sa
 
 
 #: access words of pmac_vg.c (acc_sample): bit 0 store, bits 1-43 the address in 32-byte units,
-#: bits 44-62 the id of the function making the access; bit 63 set: a burst marker
+#: bits 44-61 the id of the function making the access, bit 62 an instruction fetch; bit 63 set:
+#: a burst marker
 FN_SHIFT = 44
+FETCH_BIT = 62
 _ADDR_MASK = (1 << FN_SHIFT) - 1
-_FN_MASK = (1 << 19) - 1
+_FN_MASK = (1 << 18) - 1
+#: access kinds of the histograms (pmac.memsig ACCESS_LOAD, ACCESS_STORE, ACCESS_FETCH)
+N_KINDS = 3
 
 
 _LUT_N = 1 << 12    # distances below this are binned by table lookup
@@ -412,14 +416,36 @@ def _bin_lut(scale: float) -> np.ndarray:
     return np.minimum(np.searchsorted(_EDGES, x, side="right") - 1, _EDGES.shape[0] - 2).astype(np.int64)
 
 
+class _KindStream:
+    """One LRU stack over part of the tool's words (data or code) and its histograms."""
+
+    def __init__(self, shift: int, lut: np.ndarray, scale: float):
+        self.shift, self.lut, self.scale = shift, lut, scale
+        self.stack = StackState()
+        self.hist = np.zeros((16, 2, N_REUSE_BINS), np.float64)
+        self.fhist = np.zeros((16, 2, N_REUSE_BINS), np.float64)
+
+    def feed(self, words: np.ndarray) -> None:
+        i = 0
+        while True:
+            self.stack.feed_words(words, i, self.shift, self.lut, self.scale, self.hist, self.fhist)
+            if not self.stack.st[6]:
+                return
+            i = int(self.stack.st[7])
+            self.hist = _grown(self.hist, int(self.stack.st[5]))
+            self.fhist = _grown(self.fhist, (int(words[i]) >> FN_SHIFT) & _FN_MASK)
+
+
 class BurstHistograms:
-    """Per-burst and per-function load/store reuse histograms of the tool's access words, fed
-    chunk by chunk.
+    """Per-burst and per-function load, store and instruction-fetch reuse histograms of the
+    tool's access words, fed chunk by chunk.
 
     Words are in 32-byte units (pmac_vg.c); the LRU stack runs over the whole stream (a burst
     starts with the cache state the previous ones left; an access's distance counts every line
     touched since, whichever function touched it); distances and counts are scaled by
-    ``scale = 1/R``. One numba pass per chunk (:func:`_lru_pass`).
+    ``scale = 1/R``. Data (loads and stores) and code (fetches, bit 62) have a stack each: they
+    meet in separate first-level caches, and the fetch histogram says what an instruction cache
+    of a given size holds. One numba pass per chunk and stack (:func:`_lru_pass`).
     """
 
     def __init__(self, line_bytes: int, scale: float):
@@ -428,43 +454,46 @@ class BurstHistograms:
         self.shift = int(math.log2(line_bytes // 32))
         self.scale = float(scale)
         self.lut = _bin_lut(self.scale)
-        self.stack = StackState()
-        self.hist = np.zeros((16, 2, N_REUSE_BINS), np.float64)
-        self.fhist = np.zeros((16, 2, N_REUSE_BINS), np.float64)
+        self.data = _KindStream(self.shift, self.lut, self.scale)
+        self.code = _KindStream(self.shift, self.lut, self.scale)
 
     @property
     def burst(self) -> int:
-        return int(self.stack.st[5])
+        return int(self.data.stack.st[5])
 
     def feed(self, words: np.ndarray) -> None:
         words = np.ascontiguousarray(words, dtype=np.uint64)
-        i = 0
-        while True:
-            self.stack.feed_words(words, i, self.shift, self.lut, self.scale, self.hist, self.fhist)
-            if not self.stack.st[6]:
-                return
-            i = int(self.stack.st[7])
-            self.hist = _grown(self.hist, self.burst)
-            self.fhist = _grown(self.fhist, (int(words[i]) >> FN_SHIFT) & _FN_MASK)
+        top = words >> np.uint64(FETCH_BIT)            # 0 data, 1 fetch, 2 burst marker
+        fetch = top == 1
+        if fetch.any():
+            self.data.feed(words[~fetch])
+            self.code.feed(words[top != 0])           # fetches and the burst markers
+        else:
+            self.data.feed(words)
+            self.code.stack.st[5] = self.data.stack.st[5]   # the burst it is in
+
+    def _kinds(self, data: np.ndarray, code: np.ndarray, n: int) -> np.ndarray:
+        out = np.zeros((n, N_KINDS, N_REUSE_BINS), np.float64)
+        k = min(n, data.shape[0])
+        out[:k, :2] = data[:k]
+        k = min(n, code.shape[0])
+        out[:k, 2] = code[:k, 0]
+        return out
 
     def result(self, n_bursts: int) -> np.ndarray:
-        """Histograms ``[n_bursts, 2, N_REUSE_BINS]``."""
-        if self.hist[n_bursts:].any():
-            last = int(np.nonzero(self.hist.reshape(self.hist.shape[0], -1).any(axis=1))[0].max())
-            raise ValueError(f"access words name burst {last} of {n_bursts}")
-        out = np.zeros((n_bursts, 2, N_REUSE_BINS), np.float64)
-        k = min(n_bursts, self.hist.shape[0])
-        out[:k] = self.hist[:k]
-        return out
+        """Histograms ``[n_bursts, 3, N_REUSE_BINS]`` (loads, stores, fetches)."""
+        for h in (self.data.hist, self.code.hist):
+            if h[n_bursts:].any():
+                last = int(np.nonzero(h.reshape(h.shape[0], -1).any(axis=1))[0].max())
+                raise ValueError(f"access words name burst {last} of {n_bursts}")
+        return self._kinds(self.data.hist, self.code.hist, n_bursts)
 
     def function_result(self, n_functions: int) -> np.ndarray:
-        """Histograms ``[n_functions, 2, N_REUSE_BINS]`` by the id of the accessing function."""
-        if self.fhist[n_functions:].any() and n_functions <= _FN_MASK:
-            raise ValueError(f"access words name a function beyond the {n_functions} the summary lists")
-        out = np.zeros((n_functions, 2, N_REUSE_BINS), np.float64)
-        k = min(n_functions, self.fhist.shape[0])
-        out[:k] = self.fhist[:k]
-        return out
+        """Histograms ``[n_functions, 3, N_REUSE_BINS]`` by the id of the accessing function."""
+        for h in (self.data.fhist, self.code.fhist):
+            if h[n_functions:].any() and n_functions <= _FN_MASK:
+                raise ValueError(f"access words name a function beyond the {n_functions} the summary lists")
+        return self._kinds(self.data.fhist, self.code.fhist, n_functions)
 
 
 def _grown(h: np.ndarray, top: int) -> np.ndarray:
@@ -476,7 +505,8 @@ def _grown(h: np.ndarray, top: int) -> np.ndarray:
 
 
 def burst_histograms(words: np.ndarray, n_bursts: int, line_bytes: int, scale: float) -> np.ndarray:
-    """Histograms ``[n_bursts, 2, N_REUSE_BINS]`` from the tool's access words in one go."""
+    """Histograms ``[n_bursts, 3, N_REUSE_BINS]`` (loads, stores, fetches) from the tool's access
+    words in one go."""
     bh = BurstHistograms(line_bytes, scale)
     bh.feed(words)
     return bh.result(n_bursts)

@@ -236,3 +236,40 @@ def test_loop_carried_chains_bound_the_flop_time():
     # a profile without the dependency probe does not price chains
     nodep = dataclasses.replace(m, chain_op_s=None)
     assert convolve(chained, [nodep]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)
+
+
+def test_instruction_cache_misses_are_priced_at_the_profile_fetch_price():
+    """compute += fetches * (1 - F_fetch(L1i lines)) * miss_s, the fetch histogram (access 2) read
+    at the profile's L1i size; no term for a profile without node.fetch or a signature whose
+    fetches are not counted (-1, before version 6)."""
+    from pmac.memsig import ACCESS_FETCH
+    from pmac.profile import FetchModel
+
+    def burst(fetches, fetch_counts):
+        b = dict(rank=0, seq=1, load_bytes=800, fp_scalar=1000, flop=1000.0, fetches=fetches)
+        hists = [dict(rank=0, seq=1, access=0, counts={10: 100}),
+                 dict(rank=0, seq=1, access=ACCESS_FETCH, counts=fetch_counts)]
+        return burst_arrays(memory_tables([b], hists), line_sizes=(64,))
+
+    prof = two_level_profile()
+    fetch = FetchModel(l1i_size_bytes=32768, l1i_line_bytes=64, miss_s=2e-9)
+    with_fetch = dataclasses.replace(prof, node=dataclasses.replace(prof.node, fetch=fetch))
+    m, mf = machine_coeffs(prof), machine_coeffs(with_fetch)
+    assert (mf.l1i_capacity_lines, mf.fetch_miss_s, m.fetch_miss_s) == (512.0, 2e-9, None)
+    t_flop = 1000 / m.flop_per_s_scalar
+    # 600 fetches at distance 10 lines (< 512: L1i hits), 400 first touches: 400 misses
+    ba = burst(1000, {10: 600, -1: 400})
+    assert ba.fetches.tolist() == [1000.0] and ba.fetch_cum.shape == (1, 1, ba.cum.shape[3])
+    c = convolve(ba, [m, mf]).compute_s[:, 0]
+    assert c[0] == pytest.approx(t_flop, rel=1e-12)
+    assert c[1] == pytest.approx(t_flop + 400 * 2e-9, rel=1e-6)
+    # at distance 2000 lines (beyond the 512-line L1i) every fetch misses; a 128 KiB L1i holds them
+    far = burst(1000, {2000: 600, -1: 400})
+    big = dataclasses.replace(mf, l1i_capacity_lines=4096.0)
+    c = convolve(far, [mf, big]).compute_s[:, 0]
+    assert c[0] == pytest.approx(t_flop + 1000 * 2e-9, rel=1e-6)
+    assert c[1] == pytest.approx(t_flop + 400 * 2e-9, rel=1e-6)
+    # not counted: no term whatever the profile says
+    old = burst(-1, {10: 600, -1: 400})
+    assert old.fetches is None and old.fetch_cum is None
+    assert convolve(old, [mf]).compute_s[0, 0] == pytest.approx(t_flop, rel=1e-12)

@@ -31,7 +31,7 @@ def _tables():
 @pytest.mark.parametrize("table, column, value, message", [
     ("reuse", "bin", 900, rf"table 'reuse': bin 900 outside 0..{COLD_BIN}"),
     ("reuse", "bin", -2, rf"table 'reuse': bin -2 outside 0..{COLD_BIN}"),
-    ("reuse", "access", 2, r"table 'reuse': access 2 is neither 0 \(load\) nor 1 \(store\)"),
+    ("reuse", "access", 3, r"table 'reuse': access 3 is none of 0 \(load\), 1 \(store\), 2 \(fetch\)"),
     ("reuse", "line_bytes", 48, r"table 'reuse': line_bytes 48 is not a power of two >= 32"),
     ("reuse", "count", -1.0, r"table 'reuse': negative or non-finite count"),
     ("reuse", "count", np.nan, r"table 'reuse': negative or non-finite count"),

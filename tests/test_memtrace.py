@@ -10,7 +10,7 @@ import pytest
 
 from pmac.errors import InputError, ToolMissingError, TruncatedError
 from pmac.memsig import ACCESS_LOAD, ACCESS_STORE, COLD_BIN, hit_fraction
-from pmac.memtrace import read_tool_output, run_under_tool, trace_memory
+from pmac.memtrace import COUNTERS, read_tool_output, run_under_tool, trace_memory
 from pmac.signature import load_signature
 
 DATA = Path(__file__).parent / "data"
@@ -355,7 +355,7 @@ def test_stream_reader_joins_words_cut_anywhere(tmp_path):
     marker = np.uint64(1 << 63)
     words = np.insert(words, [0, 1000, 400_000], [marker | np.uint64(b) for b in (0, 1, 2)])
     head = np.zeros((), _ACC_HEADER)
-    head["magic"], head["hash_bits"], head["threshold"] = b"PMACVGA1", 24, 1 << 22   # R = 1/4
+    head["magic"], head["hash_bits"], head["threshold"] = b"PMACVGA2", 24, 1 << 22   # R = 1/4
     payload = head.tobytes() + words.tobytes()
     summary = np.zeros((), _HEADER)
     summary["threshold"], summary["n_acc_words"] = 1 << 22, len(words)
@@ -521,3 +521,46 @@ def test_counters_per_burst_and_function(tmp_path, cache):
     assert (bf["seq"] == 2).sum() == 0           # chain alone (and a few instructions of main)
     assert (bf["seq"] == 0).sum() >= 2           # start-up: the loader, libc, main
     assert b.loc[3, "instructions"] < 10_000 and (bf["seq"] == 3).sum() == 0   # exit: too small to split
+
+
+def test_instruction_fetches_and_their_reuse(kernels, tmp_path):
+    """fetches: one per entry into a 32-byte chunk of code. daxpy's loop (a few instructions)
+    enters one or two chunks an element, and its fetches hit at a distance of a line or two; a
+    straight-line function of known size, called over and over, refetches each of its lines at a
+    distance of its size in lines (its own stack: data lines do not count)."""
+    from pmac.memsig import ACCESS_FETCH
+
+    _, sig = kernels
+    n = N
+    d = _fn(sig, "daxpy")
+    assert n <= d["fetches"] <= 2 * n + 20
+    r = sig.memory["reuse"]
+    h = np.zeros(COLD_BIN + 1)
+    x = r[(r["function"] == "daxpy") & (r["line_bytes"] == 64) & (r["access"] == ACCESS_FETCH)]
+    np.add.at(h, x["bin"].to_numpy(), x["count"].to_numpy())
+    assert h.sum() == d["fetches"]                   # sampling rate 1: every fetch
+    assert hit_fraction(h, 3) >= 1 - 10 / n          # the loop's line(s)
+    # a 1000-statement straight-line function, called 50 times (data: a 64-element array)
+    body = "".join(f"  v[{i % 64}] = v[{(i * 7) % 64}] * {1 + i % 5}.5 + v[{(i * 3) % 64}];\n" for i in range(1000))
+    source = ("#include <stdio.h>\n__attribute__((noinline)) void big(volatile double *v) {\n" + body + "}\n"
+              "int main(void) { static double v[64]; for (int k = 0; k < 50; k++) big(v);\n"
+              "  printf(\"%f\\n\", v[0]); return 0; }\n")
+    exe = _build_c(tmp_path, "big", source, "-O1")
+    nm = subprocess.run(["nm", "-S", str(exe)], capture_output=True, text=True, check=True).stdout
+    size = next(int(ln.split()[1], 16) for ln in nm.splitlines() if ln.endswith(" big"))
+    o = read_tool_output(run_under_tool([str(exe)], tmp_path / "run", sample_rate=1.0).files[0])
+    from pmac.reuse import BurstHistograms
+    fid = list(o.function).index("big")
+    bh = BurstHistograms(64, 1.0)
+    bh.feed(o.words)
+    fh = bh.function_result(len(o.function))[fid, ACCESS_FETCH]
+    k = COUNTERS.index("fetches")
+    assert fh.sum() == o.functions[fid, k] >= 50 * size / 32 * 0.9
+    lines = size / 64
+    # each line is fetched cold once (the first call); entering its second chunk (or a new
+    # superblock in the same chunk) is distance 0; every other fetch comes back after the whole
+    # function: a cache of 0.8 x its lines holds only the distance-0 ones, 1.25 x all but the cold
+    assert fh[COLD_BIN] == pytest.approx(lines, rel=0.05)
+    assert fh[0] / fh.sum() > 0.45
+    assert hit_fraction(fh, 0.8 * lines) == pytest.approx(fh[0] / fh.sum(), abs=1e-4)
+    assert hit_fraction(fh, 1.25 * lines) == pytest.approx(1 - fh[COLD_BIN] / fh.sum(), abs=1e-4)

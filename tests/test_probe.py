@@ -119,6 +119,13 @@ def test_profile_written_and_reloaded(probed):
     assert back.overlap.kind == "max_beta_min" and 0.0 <= back.overlap.params["beta"] <= 1.0
     assert back.overlap.calibrated_on and all(a.startswith("probe:") for a in back.overlap.calibrated_on)
     assert back.network is None and "network.intra_node" in back.missing()
+    # the fetch probe: its repetitions in the sidecar, the L1i from sysfs, miss_s from the medians
+    fr = load_raw(back, path)["fetch"]
+    assert set(fr["pattern"]) == {"sequential", "random"} and (fr["seconds_per_line_s"] > 0).all()
+    f = back.node.fetch
+    assert f.l1i_size_bytes > 0 and f.miss_s >= 0 and len(f.line_random_s) == len(f.footprint_bytes)
+    med = fr[fr["pattern"] == "random"].groupby("footprint_bytes")["seconds_per_line_s"].median()
+    assert f.line_random_s == tuple(float(med[int(x)]) for x in f.footprint_bytes)
     prov = back.provenance
     for key in ("cpu_model", "n_cores", "mpi_library", "numba_version", "transparent_hugepage", "isa",
                 "os_caches", "created_utc", "command", "parameters"):
@@ -236,3 +243,46 @@ def test_compute_rounds_number_repetitions_across_rounds(monkeypatch):
     rows = pc.run(quick=True, rounds=3)
     reps = sorted(r for p, q, r, _ in rows if p == "flop_scalar")
     assert reps == [0, 1, 2, 3, 4, 5]
+
+
+def test_fetch_model_prices_a_miss_from_the_medians():
+    """miss_s = median seconds per line of the random layout at the miss footprint minus at the
+    baseline footprint (floored at 0); sequential alike; no model without the L1i size."""
+    import pandas as pd
+
+    from pmac.probe import fetch_model
+
+    rows = pd.DataFrame([dict(pattern=p, footprint_bytes=fp, rep=r, seconds_per_line_s=v)
+                         for p, fp, vals in (("random", 16384, (1e-9, 3e-9, 2e-9)),
+                                             ("random", 131072, (5e-9, 4e-9, 9e-9)),
+                                             ("sequential", 16384, (1e-9, 1e-9, 1e-9)),
+                                             ("sequential", 131072, (0.5e-9, 0.9e-9, 0.8e-9)))
+                         for r, v in enumerate(vals)])
+    l1i = {"size_bytes": 32768, "ways": 8, "line_bytes": 64}
+    f = fetch_model(rows, l1i, baseline_bytes=16384, miss_bytes=131072)
+    assert f.miss_s == pytest.approx(5e-9 - 2e-9, rel=1e-12)
+    assert f.miss_sequential_s == 0.0                       # 0.8 - 1.0 floored
+    assert f.footprint_bytes == (16384.0, 131072.0) and f.line_random_s == pytest.approx((2e-9, 5e-9))
+    assert (f.l1i_size_bytes, f.l1i_ways, f.l1i_line_bytes) == (32768, 8, 64)
+    assert fetch_model(rows, None, baseline_bytes=16384, miss_bytes=131072) is None
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the fetch probe runs x86-64 code")
+def test_add_fetch_writes_node_fetch_into_an_existing_profile(probed, tmp_path):
+    """pmac probe --add-fetch FILE: node.fetch and the sidecar's fetch table are replaced, the
+    rest of the profile stays as it was, the pair still verifies."""
+    from pmac.profile import load_raw
+
+    src, _, _ = probed
+    for f in ("tiny.yaml", "tiny.raw.npz"):
+        (tmp_path / f).write_bytes((src / f).read_bytes())
+    before = load_profile(tmp_path / "tiny.yaml")
+    assert main(["probe", "--add-fetch", str(tmp_path / "tiny.yaml"), "--quick"]) == 0
+    after = load_profile(tmp_path / "tiny.yaml")
+    verify_raw(after, tmp_path / "tiny.yaml")
+    assert after.node.fetch is not None and after.node.fetch.l1i_size_bytes == before.node.fetch.l1i_size_bytes
+    assert dataclasses.replace(after.node, fetch=None) == dataclasses.replace(before.node, fetch=None)
+    assert "fetch_added" in after.provenance and after.provenance["created_utc"] == before.provenance["created_utc"]
+    raw_b, raw_a = load_raw(before, src / "tiny.yaml"), load_raw(after, tmp_path / "tiny.yaml")
+    assert set(raw_a) == set(raw_b)
+    assert raw_a["overlap"].equals(raw_b["overlap"]) and raw_a["bandwidth"].equals(raw_b["bandwidth"])

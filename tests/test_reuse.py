@@ -168,32 +168,42 @@ def test_function_ids_in_words_give_per_function_histograms():
 
 def test_burst_histograms_equal_an_independent_lru_stack():
     """The one-pass word analysis (repeated lines skip the stack; small distances binned by a
-    lookup table, large ones by search) equals binning the reference LRU stack's distances."""
-    from pmac.memsig import reuse_bin
-    from pmac.reuse import FN_SHIFT, BurstHistograms
+    lookup table, large ones by search) equals binning the reference LRU stack's distances; the
+    fetch words (bit 62) interleaved with the data have a stack of their own (access kind 2)."""
+    from pmac.memsig import ACCESS_FETCH, reuse_bin
+    from pmac.reuse import FETCH_BIT, FN_SHIFT, BurstHistograms
 
     rng = np.random.default_rng(17)
     walk = np.repeat(rng.integers(0, 3000, 3000), rng.integers(1, 6, 3000))   # runs of one line
     cyclic = np.tile(np.arange(4500) * 3, 2)           # distances 4499 (past the lookup table)
     addr32 = np.concatenate([walk, cyclic, walk[:2000]]).astype(np.int64)
-    stores = rng.random(addr32.size) < 0.3
-    fns = rng.integers(0, 5, addr32.size)
-    burst = np.searchsorted([0, 5000, 9000], np.arange(addr32.size), side="right") - 1
+    n = addr32.size
+    # every third access outside the cyclic part is a fetch, of the same addresses (only separate
+    # stacks give the reference's distances)
+    fetch = (np.arange(n) % 3 == 1) & ((np.arange(n) < walk.size) | (np.arange(n) >= walk.size + cyclic.size))
+    stores = (rng.random(n) < 0.3) & ~fetch
+    fns = rng.integers(0, 5, n)
+    burst = np.searchsorted([0, 5000, 9000], np.arange(n), side="right") - 1
     words = (addr32.astype(np.uint64) << np.uint64(1)) | stores.astype(np.uint64) | \
-        (fns.astype(np.uint64) << np.uint64(FN_SHIFT))
+        (fns.astype(np.uint64) << np.uint64(FN_SHIFT)) | (fetch.astype(np.uint64) << np.uint64(FETCH_BIT))
     marker = np.uint64(1 << 63)
     words = np.insert(words, [0, 5000, 9000], [marker | np.uint64(b) for b in (0, 1, 2)])
+    kind = np.where(fetch, ACCESS_FETCH, stores.astype(int))
     for line, scale in ((32, 1.0), (64, 2.0), (256, 16.0)):
-        d = lru_reference((addr32 // (line // 32)).tolist())
+        lines = addr32 // (line // 32)
+        d = np.empty(n, np.int64)
+        for part in (fetch, ~fetch):
+            d[part] = lru_reference(lines[part].tolist())
         k = reuse_bin(np.where(d < 0, -1, d * int(scale)))
-        want = np.zeros((3, 2, N_REUSE_BINS))
-        fwant = np.zeros((5, 2, N_REUSE_BINS))
-        np.add.at(want, (burst, stores.astype(int), k), scale)
-        np.add.at(fwant, (fns, stores.astype(int), k), scale)
+        want = np.zeros((3, 3, N_REUSE_BINS))
+        fwant = np.zeros((5, 3, N_REUSE_BINS))
+        np.add.at(want, (burst, kind, k), scale)
+        np.add.at(fwant, (fns, kind, k), scale)
         bh = BurstHistograms(line, scale)
         for part in np.array_split(words, 7):
             bh.feed(part)
         np.testing.assert_array_equal(bh.result(3), want)
         np.testing.assert_array_equal(bh.function_result(5), fwant)
+        assert want[:, ACCESS_FETCH].sum() == scale * fetch.sum()
         if line == 32:
-            assert (d >= 4096).sum() >= 4000 and (d == 0).sum() > 5000   # both paths exercised
+            assert (d >= 4096).sum() >= 4000 and (d == 0).sum() > 4000   # both paths exercised

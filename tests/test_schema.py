@@ -5,7 +5,8 @@ import os
 import pytest
 
 from pmac.errors import InputError, SchemaVersionError
-from pmac.profile import combine, load_profile, save_profile
+from pmac.profile import SCHEMA_VERSION as PROFILE_VERSION
+from pmac.profile import FetchModel, combine, load_profile, save_profile
 from pmac.schema import dump_yaml, read_yaml
 
 from synth import small_profile
@@ -17,7 +18,7 @@ def test_profile_round_trip(tmp_path):
     save_profile(p, path)
     assert load_profile(path) == p
     text = path.read_text()
-    assert text.startswith("kind: pmac.machine\nschema_version: 7\n")
+    assert text.startswith(f"kind: pmac.machine\nschema_version: {PROFILE_VERSION}\n")
 
 
 def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
@@ -27,7 +28,7 @@ def test_version_1_profile_loads_without_a_divider_rate(tmp_path):
     p = small_profile()
     path = tmp_path / "m1.yaml"
     save_profile(p, path)
-    old = path.read_text().replace("schema_version: 7", "schema_version: 1")
+    old = path.read_text().replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 1")
     assert "schema_version: 1" in old
     (tmp_path / "v1.yaml").write_text(old)
     back = load_profile(tmp_path / "v1.yaml")
@@ -47,7 +48,7 @@ def test_version_2_profile_loads_unshaped(tmp_path):
     assert "shaper_rate_bytes_per_s" in text
     v2 = "".join(line for line in text.splitlines(keepends=True)
                  if "shaper_" not in line and "exchange_excess" not in line)
-    (tmp_path / "v2.yaml").write_text(v2.replace("schema_version: 7", "schema_version: 2"))
+    (tmp_path / "v2.yaml").write_text(v2.replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 2"))
     back = load_profile(tmp_path / "v2.yaml")
     links = [ln for ln in (back.network.intra_node, back.network.inter_node) if ln is not None]
     assert back == p and links and not any(ln.shaped for ln in links)
@@ -63,7 +64,7 @@ def test_version_3_profile_loads_without_exchange_excess(tmp_path):
     assert load_profile(tmp_path / "v4.yaml") == p4
     text = (tmp_path / "v4.yaml").read_text()
     v3 = "".join(line for line in text.splitlines(keepends=True) if "exchange_excess_s" not in line)
-    (tmp_path / "v3.yaml").write_text(v3.replace("schema_version: 7", "schema_version: 3"))
+    (tmp_path / "v3.yaml").write_text(v3.replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 3"))
     assert load_profile(tmp_path / "v3.yaml") == p
 
 
@@ -134,7 +135,7 @@ def test_unknown_key_is_an_error_naming_file_and_key(tmp_path):
 def test_newer_schema_version_refused(tmp_path):
     path = tmp_path / "new.yaml"
     save_profile(small_profile(), path)
-    path.write_text(path.read_text().replace("schema_version: 7", "schema_version: 99"))
+    path.write_text(path.read_text().replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 99"))
     with pytest.raises(SchemaVersionError, match="newer than this pmac"):
         load_profile(path)
 
@@ -196,3 +197,21 @@ def test_link_segments_transfer_time():
     assert t[1] == pytest.approx(1e-7 + 1000 / 5e9)
     assert t[2] == pytest.approx(2e-6 + 65536 / 1e10)
     assert t[3] == pytest.approx(2e-6 + (1 << 20) / 1e10)
+
+
+def test_version_7_profile_loads_without_fetch_and_fetch_round_trips(tmp_path):
+    """Version 8 added node.fetch (optional, the fetch probe): a version-7 file has none; a
+    profile with it reads back equal."""
+    p = small_profile()
+    save_profile(p, tmp_path / "v7.yaml")
+    path = tmp_path / "v7.yaml"
+    path.write_text(path.read_text().replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 7"))
+    assert load_profile(path).node.fetch is None
+    f = FetchModel(l1i_size_bytes=32768, l1i_ways=8, miss_s=4.2e-10, miss_sequential_s=4.0e-10,
+                   footprint_bytes=(16384.0, 131072.0), line_random_s=(8e-10, 1.2e-9),
+                   line_sequential_s=(8e-10, 1.2e-9), source="sysfs")
+    q = dataclasses.replace(p, node=dataclasses.replace(p.node, fetch=f))
+    save_profile(q, tmp_path / "f.yaml")
+    assert load_profile(tmp_path / "f.yaml") == q
+    with pytest.raises(ValueError, match="differ in length"):
+        FetchModel(l1i_size_bytes=32768, miss_s=1e-9, footprint_bytes=(1.0,), line_random_s=())

@@ -128,6 +128,9 @@ def test_version_3_signature_has_no_burst_functions_and_convolves_bursts_whole(t
                         [dict(rank=0, seq=1, access=0, counts={0: 10})])
     sig = dataclasses.replace(pingpong_signature(n_iter=1), memory=mem)
     save_signature(sig, tmp_path / "v3")
+    v3 = memory_tables_of_version(3)
+    save_tables(tmp_path / "v3" / "memory.npz", {k: v[list(v3[k].names)] for k, v in sig.memory.items()
+                                                 if k != "burst_functions"}, v3, compress=True)
     y = tmp_path / "v3" / "signature.yaml"
     y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 3"))
     old = load_signature(tmp_path / "v3")
@@ -135,3 +138,24 @@ def test_version_3_signature_has_no_burst_functions_and_convolves_bursts_whole(t
     assert phases_of(old.memory, burst_arrays(old.memory)) is None
     save_signature(old, tmp_path / "again")
     assert f"schema_version: {SCHEMA_VERSION}" in (tmp_path / "again" / "signature.yaml").read_text()
+
+
+def test_version_5_signature_loads_with_fetches_not_counted(tmp_path):
+    """Version 6 adds the fetches column (and reuse access 2): a version-5 memory.npz loads with
+    fetches at -1, and the convolver has no instruction-cache term for it."""
+    mem = memory_tables([dict(rank=0, seq=1, loads=10, load_bytes=80, fetches=500)],
+                        [dict(rank=0, seq=1, access=0, counts={0: 10}), dict(rank=0, seq=1, access=2, counts={0: 500})])
+    sig = dataclasses.replace(pingpong_signature(n_iter=1), memory=mem)
+    folder = tmp_path / "v5"
+    save_signature(sig, folder)
+    v5 = memory_tables_of_version(5)
+    assert "fetches" not in v5["bursts"].names and "fetches" in BURSTS.names
+    save_tables(folder / "memory.npz", {k: v[list(v5[k].names)] for k, v in sig.memory.items()}, v5, compress=True)
+    y = folder / "signature.yaml"
+    y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 5"))
+    old = load_signature(folder)
+    assert old.memory["bursts"]["fetches"].tolist() == [-1] and burst_arrays(old.memory).fetches is None
+    save_signature(sig, tmp_path / "v6")
+    new = load_signature(tmp_path / "v6")
+    ba = burst_arrays(new.memory)
+    assert ba.fetches.tolist() == [500.0] and ba.fetch_cum[0, 0, 1] == 1.0   # all 500 at distance 0

@@ -1,4 +1,5 @@
-"""pmac probe --name NAME [--quick] [--out-dir machines]: measure this machine, write its profile."""
+"""pmac probe --name NAME [--quick] [--out-dir machines]: measure this machine, write its profile
+(``--add-fetch FILE.yaml``: only the instruction-fetch probe, into an existing profile)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,28 @@ HELP = "probe this machine (memory, compute, network) and write machines/NAME.ya
 
 
 def add_arguments(p):
-    p.add_argument("--name", required=True, help="profile name: writes OUT_DIR/NAME.yaml and NAME.raw.npz")
+    p.add_argument("--name", help="profile name: writes OUT_DIR/NAME.yaml and NAME.raw.npz")
     p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (< 2 min on 2 cores)")
     p.add_argument("--out-dir", default="machines", help="directory for the profile (default: machines)")
     p.add_argument("--no-network", action="store_true", help="probe the node only (no MPI ping-pong)")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
+    p.add_argument("--add-fetch", metavar="FILE.yaml",
+                   help="run only the instruction-fetch probe and write it into this existing profile of this "
+                        "machine (node.fetch; a profile probed before that probe existed)")
 
 
 def run(args) -> int:
-    from ..probe import run_probe
+    from ..errors import InputError
+    from ..probe import add_fetch, run_probe
+
+    if args.add_fetch:
+        prof = add_fetch(args.add_fetch, quick=args.quick, command="pmac " + " ".join(sys.argv[1:]))
+        f = prof.node.fetch
+        print(f"wrote node.fetch into {args.add_fetch}: L1i {f.l1i_size_bytes // 1024} KiB, "
+              f"miss {f.miss_s * 1e9:.2f} ns (code in random order; in order {f.miss_sequential_s * 1e9:.2f} ns)")
+        return 0
+    if not args.name:
+        raise InputError("pmac probe needs --name NAME (or --add-fetch FILE.yaml)")
 
     bar = ProgressBar(f"probe {args.name}", enabled=True if args.progress else None)
     try:

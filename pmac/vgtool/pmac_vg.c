@@ -23,15 +23,25 @@
  * ((addr >> 5) << 1 | is_store); a word with the top bit set starts burst number (word & ~top).
  * Stack distances are computed from that stream by pmac.reuse (numba), scaled by 1/R.
  *
+ * Instruction fetch (C_FETCH): each time execution enters another 32-byte chunk of code (an
+ * instruction starting in a chunk other than the previous instruction's, the first one of a
+ * superblock, or one at or before the previous instruction: a loop that VEX unrolled into the
+ * superblock jumps back) counts one fetch; fetches are sampled like data (same hash of the address's 256-byte
+ * block) and written with bit 62 set, so pmac.reuse gives the code its own stack distances (what
+ * an instruction cache of a given size would hold). Whether a chunk is sampled is decided while
+ * instrumenting: unsampled code pays nothing at run time.
+ *
  * Files (little-endian), written with no address text:
- *   <out>      header 64 B: "PMACVGS1", u32 version=3, u32 n_counters, u32 hash_bits,
+ *   <out>      header 64 B: "PMACVGS1", u32 version=5, u32 n_counters, u32 hash_bits,
  *              u32 threshold, i32 pid, u32 flags, i64 n_bursts, i64 n_functions, i64 n_acc_words,
- *              8 B pad; then the counters of code outside bursts: inside MPI calls, or run by a
- *              thread other than the main one (n_counters x u64);
+ *              i64 n_burst_functions; then the counters of code outside bursts: inside MPI calls,
+ *              or run by a thread other than the main one (n_counters x u64);
  *              n_bursts x (i64 seq, n_counters x u64); n_functions x (char name[64],
- *              char object[64], n_counters x u64); trailer "PMACEND1".
- *   <out>.acc  16 B header "PMACVGA1", u32 hash_bits, u32 threshold; then the sampled words
- *              (bit 0 store, bits 1-43 address / 32, bits 44-62 function id; see acc_sample).
+ *              char object[64], n_counters x u64); n_burst_functions x (i64 burst, i64 function,
+ *              n_counters x u64); trailer "PMACEND1".
+ *   <out>.acc  16 B header "PMACVGA2", u32 hash_bits, u32 threshold; then the sampled words
+ *              (bit 0 store, bits 1-43 address / 32, bits 44-61 function id, bit 62 fetch; see
+ *              acc_sample).
  * Counters: see the C_* enum (instructions .. sampled).
  *
  * Def-use distance: for each FP instruction, the distance in instructions to the nearest earlier
@@ -71,7 +81,7 @@
 
 enum {
     C_INSTR, C_LOADS, C_STORES, C_LOAD_BYTES, C_STORE_BYTES, C_FP_SCALAR, C_FP_128, C_FP_256, C_FP_512,
-    C_FLOP, C_DIVSQRT, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_RECUR, C_SAMPLED, NC
+    C_FLOP, C_DIVSQRT, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_RECUR, C_FETCH, C_SAMPLED, NC
 };
 #define HASH_BITS 24
 #define DEP_CAP 32
@@ -206,6 +216,7 @@ static void seg_add(ULong *dst, const Seg *s, ULong n) {
     dst[C_DEP_SUM] += n * v[C_DEP_SUM];
     dst[C_DEP_N] += n * v[C_DEP_N];
     dst[C_RECUR] += n * v[C_RECUR];
+    dst[C_FETCH] += n * v[C_FETCH];
     dst[C_BRANCH_MISS] += s->miss;
 }
 
@@ -241,13 +252,16 @@ static void set_target(void) {
 }
 
 /* An access word: bit 0 store, bits 1-43 the address in 32-byte units (user addresses < 2^48),
- * bits 44-62 the function's id (ids beyond FN_ID_MAX share it); bit 63 marks a burst start. */
+ * bits 44-61 the function's id (ids beyond FN_ID_MAX share it), bit 62 an instruction fetch;
+ * bit 63 marks a burst start. ``tag``: bit 0 store, bit 1 fetch, the function's id above. */
 #define FN_SHIFT 44
-#define FN_ID_MAX ((1ULL << 19) - 1)
+#define FN_ID_MAX ((1ULL << 18) - 1)
+#define FETCH_BIT 62
 
 static VG_REGPARM(2) void acc_sample(Addr a, UWord tag) {
     cur->v[C_SAMPLED]++;
-    acc_push((((ULong)(a >> 5) << 1) & ((1ULL << FN_SHIFT) - 1)) | (tag & 1) | ((ULong)(tag >> 1) << FN_SHIFT));
+    acc_push((((ULong)(a >> 5) << 1) & ((1ULL << FN_SHIFT) - 1)) | (tag & 1) | ((ULong)((tag >> 1) & 1) << FETCH_BIT)
+             | ((ULong)(tag >> 2) << FN_SHIFT));
 }
 
 static void new_burst(Long seq) {
@@ -634,9 +648,31 @@ static Seg *new_seg(Counters *fn) {
     return s;
 }
 
-static void sample_access(IRSB *out, IRExpr *addr, Int is_store, Counters *fn) {
+static ULong fn_tag(Counters *fn) {
     const Fn *owner = fn_of(fn);
-    ULong id = (ULong)owner->id < FN_ID_MAX ? (ULong)owner->id : FN_ID_MAX;
+    return ((ULong)owner->id < FN_ID_MAX ? (ULong)owner->id : FN_ID_MAX) << 2;
+}
+
+/* The static part of the sample test: the top HASH_BITS of the 256-byte block's hash. */
+static ULong hash_top(ULong a) { return ((a >> 8) * 0x9E3779B97F4A7C15ULL) >> (64 - HASH_BITS); }
+
+/* An instruction fetch of the 32-byte chunk holding ``a``: whether the chunk is sampled is known
+ * while instrumenting (its address is a constant), so an unsampled one costs nothing at run time
+ * and a sampled one a guarded call that tests only the run-time threshold (0 outside bursts). */
+static void sample_fetch(IRSB *out, Addr a, Counters *fn) {
+    ULong top = hash_top(a);
+    if (top >= clo_threshold) return;
+    IRTemp g = newIRTemp(out->tyenv, Ity_I1);
+    addStmtToIRSB(out, IRStmt_WrTmp(g, IRExpr_Binop(Iop_CmpLT64U, mk_u64(top),
+                                                    mk_load(out, (ULong)(Addr)&g_threshold))));
+    IRDirty *d = unsafeIRDirty_0_N(2, "acc_sample", VG_(fnptr_to_fnentry)(&acc_sample),
+                                   mkIRExprVec_2(mk_u64(a), mk_u64(fn_tag(fn) | 2)));
+    d->guard = IRExpr_RdTmp(g);
+    addStmtToIRSB(out, IRStmt_Dirty(d));
+}
+
+static void sample_access(IRSB *out, IRExpr *addr, Int is_store, Counters *fn) {
+    ULong tag = fn_tag(fn);
     IRTemp line = newIRTemp(out->tyenv, Ity_I64);
     IRTemp h = newIRTemp(out->tyenv, Ity_I64);
     IRTemp top = newIRTemp(out->tyenv, Ity_I64);
@@ -649,7 +685,7 @@ static void sample_access(IRSB *out, IRExpr *addr, Int is_store, Counters *fn) {
     addStmtToIRSB(out, IRStmt_WrTmp(g, IRExpr_Binop(Iop_CmpLT64U, IRExpr_RdTmp(top),
                                                     mk_load(out, (ULong)(Addr)&g_threshold))));
     IRDirty *d = unsafeIRDirty_0_N(2, "acc_sample", VG_(fnptr_to_fnentry)(&acc_sample),
-                                   mkIRExprVec_2(addr, IRExpr_Const(IRConst_U64((id << 1) | (ULong)is_store))));
+                                   mkIRExprVec_2(addr, IRExpr_Const(IRConst_U64(tag | (ULong)is_store))));
     d->guard = IRExpr_RdTmp(g);
     addStmtToIRSB(out, IRStmt_Dirty(d));
 }
@@ -671,6 +707,8 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
     Seg *seg = NULL;
     Counters *fn = NULL;
     Int i = -1;
+    Addr chunk = ~(Addr)0;   /* the 32-byte chunk of code the previous instruction started in */
+    Addr prev_pc = 0;
     for (; s < sb->stmts_used; s++) {
         IRStmt *st = sb->stmts[s];
         if (!st) continue;
@@ -682,6 +720,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             i++;
             seg->v[C_INSTR]++;
             if (i == 0) seg->v[C_RECUR] += recur;   /* once per execution of the block */
+            Addr pc = st->Ist.IMark.addr + st->Ist.IMark.delta;
             if (i < n_insn && info[i].flop) {
                 seg->v[C_FLOP] += info[i].flop;
                 seg->v[C_DIVSQRT] += info[i].divsqrt;
@@ -690,6 +729,14 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
                 seg->v[C_DEP_N]++;
             }
             addStmtToIRSB(out, st);
+            /* a fetch each time execution enters another chunk, or jumps back into its own (a
+             * loop VEX unrolled into one superblock repeats its addresses) */
+            if ((pc >> 5) != chunk || pc <= prev_pc) {
+                chunk = pc >> 5;
+                seg->v[C_FETCH]++;
+                sample_fetch(out, pc, fn);
+            }
+            prev_pc = pc;
             break;
         }
         case Ist_WrTmp: {
@@ -811,7 +858,7 @@ static void pm_post_clo_init(void) {
     }
     acc_fd = sr_Res(r);
     struct { HChar magic[8]; UInt hash_bits, threshold; } h;
-    VG_(memcpy)(h.magic, "PMACVGA1", 8);
+    VG_(memcpy)(h.magic, "PMACVGA2", 8);
     h.hash_bits = HASH_BITS;
     h.threshold = (UInt)clo_threshold;
     VG_(write)(acc_fd, &h, sizeof h);
@@ -850,17 +897,17 @@ static void pm_fini(Int exitcode) {
     } h;
     VG_(memset)(&h, 0, sizeof h);
     VG_(memcpy)(h.magic, "PMACVGS1", 8);
-    h.version = 4; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
+    h.version = 5; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
     h.pid = VG_(getpid)(); h.flags = flags;
     h.n_bursts = n_bursts; h.n_functions = n_fns; h.n_acc_words = acc_total; h.n_burst_functions = n_bf;
-    VG_(write)(fd, &h, sizeof h);
-    VG_(write)(fd, &mpi_c, sizeof mpi_c);
-    for (Long b = 0; b < n_bursts; b++) VG_(write)(fd, &bursts[b], sizeof(Burst));
+    write_all(fd, &h, sizeof h);
+    write_all(fd, &mpi_c, sizeof mpi_c);
+    write_all(fd, bursts, n_bursts * (Long)sizeof(Burst));
     for (Long k = 0; k < n_fns; k++) {
         Fn *f = fn_list[k];
-        VG_(write)(fd, f->name, NAME_LEN);
-        VG_(write)(fd, f->obj, NAME_LEN);
-        VG_(write)(fd, &f->c, sizeof f->c);
+        write_all(fd, f->name, NAME_LEN);
+        write_all(fd, f->obj, NAME_LEN);
+        write_all(fd, &f->c, sizeof f->c);
     }
     write_all(fd, bf, n_bf * (Long)sizeof(BurstFn));
     VG_(write)(fd, "PMACEND1", 8);
