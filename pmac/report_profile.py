@@ -78,6 +78,11 @@ def format_profile(profile: MachineProfile) -> str:
             if c.branch_miss_frac:
                 pts = ", ".join(f"{f:g}: {fq(s, 's')}" for f, s in zip(c.branch_miss_frac, c.branch_cost_s))
                 lines.append(f"    branch miss fraction -> cost: {pts}")
+        if n.fetch is not None:
+            f = n.fetch
+            seq = f", in order {fq(f.miss_sequential_s, 's')}" if f.miss_sequential_s is not None else ""
+            lines.append(f"  instruction fetch: L1i {fq(f.l1i_size_bytes, 'bytes')}, a miss {fq(f.miss_s, 's')} "
+                         f"(code in random order{seq})")
         if n.bandwidth_curves:
             lines.append("  curves: " + ", ".join(f"{c.access}/{c.n_cores} core(s) ({len(c.working_set_bytes)} points)"
                                                   for c in n.bandwidth_curves))

@@ -95,3 +95,15 @@ def test_pmac_show_on_shipped_profiles(path, capsys):
 def test_pmac_show_missing_file(capsys):
     assert main(["show", "no/such.yaml"]) == 2
     assert "no/such.yaml: no such file" in capsys.readouterr().err
+
+
+def test_format_profile_shows_the_fetch_probe():
+    import dataclasses
+
+    from pmac.profile import FetchModel
+
+    p = full_profile()
+    f = FetchModel(l1i_size_bytes=32768, miss_s=4.2e-10, miss_sequential_s=4e-10)
+    text = format_profile(dataclasses.replace(p, node=dataclasses.replace(p.node, fetch=f)))
+    assert "instruction fetch: L1i 32 KiB, a miss 420 ps (code in random order, in order 400 ps)" in text
+    assert "instruction fetch" not in format_profile(p)
