@@ -638,7 +638,7 @@ def _collective_tables(network, options, inst_op, i_size, inst_bytes, inst_ev, i
     """(measured time or NaN, excess) per collective instance for ``network`` and ``options``."""
     table = np.full(inst_op.size, np.nan)
     extra = np.zeros(inst_op.size)
-    if not inst_op.size or not network.collectives:
+    if not inst_op.size or not network.collectives or not (options.measured_collectives or options.collective_excess):
         return table, extra
     same = _same_node(inst_off, inst_ev, rank, node_of_rank)
     measured = _measured(network, inst_op, i_size, inst_bytes, same)
