@@ -64,15 +64,20 @@ Signatures before version 3 (-1, not counted) and profiles without the dependenc
 their own reuse histogram (access kind 2, signature version 6); those beyond the profile's L1
 instruction cache (``node.fetch``: its size, fully associative like the data levels) miss, each
 at the fetch probe's ``miss_s`` (probes/fetch.py: code jumping in random order, a footprint of
-4 x L1i against one of L1i / 2): ``t_fetch = fetches * (1 - F_fetch(C_L1i)) * miss_s``. A miss
-stalls the front end as a mispredicted branch does, so it adds to the compute side. Why:
-cg_mpi4py-n2-3000's interpreter-bound bursts run 64 k instructions and 18 k fetches an
-iteration through code that a 32 KiB cache does not hold and a 64 KiB one does (its fetch
-histogram). What it does not capture: conflict misses (callgrind's 8-way L1i counts 2,427 misses
-an iteration in those bursts, bench/frontend_check, where the fully associative histogram gives
-869 and Smith's random-placement model 1,405), and misses behind mispredicted indirect jumps,
-which cost more than the probe's predictable direct ones. Signatures before version 6 and profiles without
-``node.fetch`` skip it.
+4 x L1i against one of L1i / 2): ``t_fetch = misses(C_L1i) * miss_s``. A miss stalls the front
+end as a mispredicted branch does, so it adds to the compute side. Why: cg_mpi4py-n2-3000's
+interpreter-bound bursts run 64 k instructions and 18 k fetches an iteration through code that a
+32 KiB cache does not hold and a 64 KiB one does (its fetch histogram). ``misses(C)`` is the
+*count* of sampled fetches at distance >= C, scaled by 1/R (SHARDS' estimator, unbiased), kept
+in ``fetch_cum`` as ``1 - misses / fetches``; a burst with no sampled fetch has none. Not the
+share of the sample times the fetches, as for data: a burst's code is a few hot 256-byte blocks,
+and when the hot loop's block is not sampled the share is that of its entry and exit code (after
+the MPI accesses entered the stacks, stencil2d-n2-128's bursts borrowed an 11 % miss share that
+way, +7 % on its prediction). Associativity: callgrind's 8-way and fully associative 32 KiB L1i
+count 2,427 and 2,473 misses an iteration in those bursts (bench/frontend_check, --i1-ways), so
+the cache is taken fully associative. What it does not capture: misses behind mispredicted
+indirect jumps, which cost more than the probe's predictable direct ones. Signatures before
+version 6 and profiles without ``node.fetch`` skip it.
 ``t_compute = t_flop + t_branch + t_fetch``.
 
 **Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
@@ -154,7 +159,8 @@ class BurstArrays:
     recurrence: np.ndarray | None = None
     #: instruction fetches (entries into a 32-byte chunk of code); None: not recorded
     fetches: np.ndarray | None = None
-    #: ``fetch_cum[l, b, k]``: as ``cum`` for the fetches (None with ``fetches``)
+    #: ``fetch_cum[l, b, k]``: ``1 - misses / fetches`` at the capacity points of ``cum``, the misses
+    #: counted from the sampled fetches (None with ``fetches``)
     fetch_cum: np.ndarray | None = None
 
     def __post_init__(self):
@@ -227,7 +233,7 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     if empty.any():
         ranks = bursts["rank"].to_numpy()
         for l in range(len(line_sizes)):
-            for a in kinds:
+            for a in (ACCESS_LOAD, ACCESS_STORE):   # fetches: misses counted (below), none sampled none
                 e = empty[l, a]
                 if not e.any():
                     continue
@@ -239,8 +245,7 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
                         agg = whole
                     if agg.sum() > 0:
                         hist[l, a, e & rows] = agg
-                        if a != ACCESS_FETCH:   # counted: bursts whose data histogram was borrowed
-                            borrowed |= e & rows
+                        borrowed |= e & rows
         totals = hist.sum(axis=3)
     cum = np.zeros((len(line_sizes), len(kinds), n, N_CUM), dtype=dtype)
     c = np.cumsum(hist[..., :N_CUM - 1], axis=3)
@@ -251,6 +256,17 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     if "fetches" in bursts.columns and (bursts["fetches"].to_numpy() >= 0).all():
         fetches = bursts["fetches"].to_numpy(np.float64)
         fetch_cum = np.ascontiguousarray(cum[:, ACCESS_FETCH])
+        # misses counted, not a share: the sampled (scaled) fetches beyond a capacity estimate the
+        # misses without bias, a share of the sample does not when a burst's few hot 256-byte
+        # blocks of code go unsampled (module docstring); a burst with no sampled fetch has none
+        own = np.broadcast_to((fetches > 0)[None, :], totals.shape[:1] + (n,))
+        if own.any():
+            s_tot = totals[:, ACCESS_FETCH]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                absolute = 1.0 - (s_tot[..., None] - np.concatenate(
+                    (np.zeros(c.shape[:3] + (1,)), c), axis=3)[:, ACCESS_FETCH]) / fetches[None, :, None]
+            fetch_cum = np.where(own[..., None], np.clip(absolute, 0.0, 1.0), fetch_cum).astype(dtype)
+            fetch_cum = np.ascontiguousarray(fetch_cum)
     cum = np.ascontiguousarray(cum[:, :2])
     flop_s, flop_v = _flop_split(bursts)
     dep = np.nan_to_num(bursts["dep_distance_mean"].to_numpy(np.float64), nan=0.0)

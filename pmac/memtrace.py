@@ -50,11 +50,13 @@ COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_
             "fetches", "sampled")
 #: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations),
 #: 3 fp_recurrence (FP operations on loop-carried chains), 4 the counters per (burst, function),
-#: 5 instruction fetches (counted, and sampled in the access file: ACC_MAGIC);
-#: the files live only while a trace runs, so older ones are refused, not migrated
-TOOL_FILE_VERSION = 5
-#: the access file's magic: version 2 words carry fetches (bit 62) and 18-bit function ids
-ACC_MAGIC = b"PMACVGA2"
+#: 5 instruction fetches (counted, and sampled in the access file: ACC_MAGIC), 6 the accesses
+#: inside MPI calls (in the access file after an outside marker); the files live only while a
+#: trace runs, so older ones are refused, not migrated
+TOOL_FILE_VERSION = 6
+#: the access file's magic: version 2 words carry fetches (bit 62) and 18-bit function ids,
+#: version 3 also the accesses inside MPI calls (pmac.reuse.OUTSIDE_MARK)
+ACC_MAGIC = b"PMACVGA3"
 NC = len(COUNTERS)
 _HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("n_counters", "<u4"), ("hash_bits", "<u4"),
                     ("threshold", "<u4"), ("pid", "<i4"), ("flags", "<u4"), ("n_bursts", "<i8"),

@@ -74,6 +74,12 @@ def phases_of(memory: dict[str, pd.DataFrame], ba: BurstArrays) -> Phases | None
             fake["rank"] = funcs["rank"].to_numpy(np.int32)
             fake["seq"] = np.arange(len(funcs))
             fake["sample_frac"] = 1.0
+            fn_tab = memory.get("functions")
+            if fn_tab is not None and "fetches" in fn_tab.columns:
+                # the whole-run fetch count each function's histogram is a sample of (convolve.burst_arrays
+                # turns its sampled misses into a miss share of it)
+                fake["fetches"] = funcs.merge(fn_tab[["rank", "function", "fetches"]].drop_duplicates(
+                    ["rank", "function"]), on=["rank", "function"], how="left")["fetches"].fillna(-1).to_numpy()
             fba = burst_arrays({"bursts": fake, "reuse": fr.assign(function="")}, line_sizes=ba.line_bytes,
                                dtype=ba.cum.dtype)
             row_f = pd.MultiIndex.from_frame(funcs).get_indexer(pd.MultiIndex.from_frame(bf[["rank", "function"]]))

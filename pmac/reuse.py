@@ -203,10 +203,11 @@ def _lru_pass(data, i0, words, shift, out, lut, scale, edges, top, table, marks,
         w = data[i]
         if words:
             if w >> np.uint64(63):
-                b = np.int64(w & np.uint64(0x7FFFFFFFFFFFFFFF))
+                # a burst marker, or (bit 62 too) an MPI call's accesses: -1, counted nowhere
+                b = -1 if (w >> np.uint64(62)) == np.uint64(3) else np.int64(w & np.uint64(0x3FFFFFFFFFFFFFFF))
                 continue
             f = np.int64((w >> np.uint64(FN_SHIFT)) & np.uint64(_FN_MASK))
-            if b >= nh or f >= nf:
+            if b >= nh or (b >= 0 and f >= nf):
                 st[6] = 1
                 stop = i
                 break
@@ -229,9 +230,10 @@ def _lru_pass(data, i0, words, shift, out, lut, scale, edges, top, table, marks,
                 top[q] = top[q - 1]
             top[0] = line
             if words:
-                k = lut[p]
-                hist[b, a, k] += scale
-                fhist[f, a, k] += scale
+                if b >= 0:
+                    k = lut[p]
+                    hist[b, a, k] += scale
+                    fhist[f, a, k] += scale
             else:
                 out[i] = p
             continue
@@ -290,9 +292,10 @@ def _lru_pass(data, i0, words, shift, out, lut, scale, edges, top, table, marks,
             top[q] = top[q - 1]
         top[0] = line
         if words:
-            k = cold if d < 0 else lut[d] if d < lut.shape[0] else _bin_of(d * scale, edges)
-            hist[b, a, k] += scale
-            fhist[f, a, k] += scale
+            if b >= 0:
+                k = cold if d < 0 else lut[d] if d < lut.shape[0] else _bin_of(d * scale, edges)
+                hist[b, a, k] += scale
+                fhist[f, a, k] += scale
         else:
             out[i] = d
     st[0], st[1], st[2], st[3], st[4], st[5], st[7] = bits, live, size, pos, ntop, b, stop
@@ -398,9 +401,12 @@ def reuse_histogram(lines: np.ndarray, is_store: np.ndarray | None = None, *, sa
 
 #: access words of pmac_vg.c (acc_sample): bit 0 store, bits 1-43 the address in 32-byte units,
 #: bits 44-61 the id of the function making the access, bit 62 an instruction fetch; bit 63 set:
-#: a burst marker
+#: a burst marker (burst number in bits 0-61), or with bit 62 too (OUTSIDE_MARK) the start of an MPI
+#: call's accesses, which move lines in the LRU stacks and count in no histogram (up to the next
+#: burst marker)
 FN_SHIFT = 44
 FETCH_BIT = 62
+OUTSIDE_MARK = (1 << 63) | (1 << 62)
 _ADDR_MASK = (1 << FN_SHIFT) - 1
 _FN_MASK = (1 << 18) - 1
 #: access kinds of the histograms (pmac.memsig ACCESS_LOAD, ACCESS_STORE, ACCESS_FETCH)
@@ -442,7 +448,8 @@ class BurstHistograms:
 
     Words are in 32-byte units (pmac_vg.c); the LRU stack runs over the whole stream (a burst
     starts with the cache state the previous ones left; an access's distance counts every line
-    touched since, whichever function touched it); distances and counts are scaled by
+    touched since, whichever function touched it, in a burst or inside an MPI call between
+    bursts: the library's code and data evict the program's); distances and counts are scaled by
     ``scale = 1/R``. Data (loads and stores) and code (fetches, bit 62) have a stack each: they
     meet in separate first-level caches, and the fetch histogram says what an instruction cache
     of a given size holds. One numba pass per chunk and stack (:func:`_lru_pass`).
@@ -463,11 +470,11 @@ class BurstHistograms:
 
     def feed(self, words: np.ndarray) -> None:
         words = np.ascontiguousarray(words, dtype=np.uint64)
-        top = words >> np.uint64(FETCH_BIT)            # 0 data, 1 fetch, 2 burst marker
+        top = words >> np.uint64(FETCH_BIT)            # 0 data, 1 fetch, 2 burst marker, 3 MPI call
         fetch = top == 1
         if fetch.any():
             self.data.feed(words[~fetch])
-            self.code.feed(words[top != 0])           # fetches and the burst markers
+            self.code.feed(words[top != 0])           # fetches and the markers
         else:
             self.data.feed(words)
             self.code.stack.st[5] = self.data.stack.st[5]   # the burst it is in

@@ -239,8 +239,8 @@ def test_loop_carried_chains_bound_the_flop_time():
 
 
 def test_instruction_cache_misses_are_priced_at_the_profile_fetch_price():
-    """compute += fetches * (1 - F_fetch(L1i lines)) * miss_s, the fetch histogram (access 2) read
-    at the profile's L1i size; no term for a profile without node.fetch or a signature whose
+    """compute += misses(L1i lines) * miss_s, the sampled fetches (access 2, scaled) beyond the
+    profile's L1i size; no term for a profile without node.fetch or a signature whose
     fetches are not counted (-1, before version 6)."""
     from pmac.memsig import ACCESS_FETCH
     from pmac.profile import FetchModel
@@ -269,6 +269,16 @@ def test_instruction_cache_misses_are_priced_at_the_profile_fetch_price():
     c = convolve(far, [mf, big]).compute_s[:, 0]
     assert c[0] == pytest.approx(t_flop + 1000 * 2e-9, rel=1e-6)
     assert c[1] == pytest.approx(t_flop + 400 * 2e-9, rel=1e-6)
+    # misses are counted, not a share: a sample of 100 (scaled) of the 1000 fetches with 40 first
+    # touches is 40 misses (the unsampled 900 are code whose blocks were not sampled), and a burst
+    # with no sampled fetch has none
+    few = burst(1000, {10: 60, -1: 40})
+    assert convolve(few, [mf]).compute_s[0, 0] == pytest.approx(t_flop + 40 * 2e-9, rel=1e-6)
+    none = burst(1000, {})
+    assert convolve(none, [mf]).compute_s[0, 0] == pytest.approx(t_flop, rel=1e-12)
+    # more sampled than counted (noise): at most every fetch misses
+    over = burst(1000, {-1: 1500})
+    assert convolve(over, [mf]).compute_s[0, 0] == pytest.approx(t_flop + 1000 * 2e-9, rel=1e-6)
     # not counted: no term whatever the profile says
     old = burst(-1, {10: 600, -1: 400})
     assert old.fetches is None and old.fetch_cum is None

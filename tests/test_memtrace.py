@@ -10,7 +10,7 @@ import pytest
 
 from pmac.errors import InputError, ToolMissingError, TruncatedError
 from pmac.memsig import ACCESS_LOAD, ACCESS_STORE, COLD_BIN, hit_fraction
-from pmac.memtrace import COUNTERS, read_tool_output, run_under_tool, trace_memory
+from pmac.memtrace import ACC_MAGIC, COUNTERS, read_tool_output, run_under_tool, trace_memory
 from pmac.signature import load_signature
 
 DATA = Path(__file__).parent / "data"
@@ -231,6 +231,58 @@ def test_mpi_program_bursts_join_the_mpi_trace(tmp_path, cache):
     assert sig.header.provenance["memory"]["mpi_instructions"][1] > 0
 
 
+CALL_TOUCH_SRC = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <valgrind/valgrind.h>
+#define ENTER(s) VALGRIND_DO_CLIENT_REQUEST_STMT(VG_USERREQ_TOOL_BASE('P', 'M') + 0, (s), 0, 0, 0, 0)
+#define EXIT(s) VALGRIND_DO_CLIENT_REQUEST_STMT(VG_USERREQ_TOOL_BASE('P', 'M') + 1, (s), 0, 0, 0, 0)
+__attribute__((noipa)) double sum(long n, const double *x) {
+    double s = 0;
+    for (long i = 0; i < n; i++) s += x[i];
+    return s;
+}
+__attribute__((noipa)) void fill(char *p, long n) { for (long i = 0; i < n; i += 8) p[i] = 1; }
+int main(int argc, char **argv) {
+    long n = atol(argv[1]), m = atol(argv[2]);
+    double *x = malloc(n * sizeof *x), s = 0;
+    char *buf = malloc(m);
+    for (long i = 0; i < n; i++) x[i] = 1.0;
+    for (int r = 0; r < 3; r++) {
+        s += sum(n, x);
+        ENTER(r);          /* "inside an MPI call": writes m bytes */
+        fill(buf, m);
+        EXIT(r);
+    }
+    return s > 0 ? 0 : 1;
+}
+"""
+
+
+def test_what_mpi_calls_touch_pushes_the_bursts_lines_out(tmp_path, cache):
+    """Each round sums 16 KiB (x) in a burst, then writes 1 MiB inside an "MPI call" (between the
+    shim's client requests): the lines of x come back in the next round from 1 MiB of other lines
+    (16 Ki of 64 bytes), one load in 8 (8-byte doubles in 64-byte lines), where the bursts alone
+    touch nothing else; the call's own accesses count in no burst."""
+    from pmac.memsig import REUSE_BIN_EDGES_LINES
+
+    n, m = 2048, 1 << 20
+    exe = _build_c(tmp_path, "touch", CALL_TOUCH_SRC, "-O2", "-fno-tree-vectorize")
+    sig = load_signature(trace_memory([str(exe), str(n), str(m)], tmp_path / "sig", sample_rate=1.0))
+    b = sig.memory["bursts"].set_index("seq")
+    assert (b.loc[[1, 2], "loads"] - n).between(0, 10).all()    # bursts 1, 2: the sums of rounds 2, 3
+    reuse = sig.memory["reuse"]
+    h = reuse[(reuse["line_bytes"] == 64) & (reuse["function"] == "")]
+    far = int(np.searchsorted(REUSE_BIN_EDGES_LINES, m // 64, side="right")) - 1
+    for seq in (1, 2):
+        hb = h[(h["seq"] == seq) & (h["access"] == ACCESS_LOAD)]
+        assert hb["count"].sum() == pytest.approx(b.loc[seq, "loads"])
+        beyond = hb[(hb["bin"] >= far) & (hb["bin"] < COLD_BIN)]["count"].sum()
+        assert beyond == pytest.approx(n / 8, abs=2), seq
+    stores = h[(h["access"] == ACCESS_STORE) & h["seq"].isin([1, 2])]["count"].sum()
+    assert stores == b.loc[[1, 2], "stores"].sum() < 20    # the call's 128 Ki stores counted in none
+
+
 def test_forked_child_leaves_the_parents_files_intact(tmp_path, cache):
     source = ("#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n#include <sys/wait.h>\n"
               "int main(void) { static double a[100000]; double s = 0;\n"
@@ -355,7 +407,7 @@ def test_stream_reader_joins_words_cut_anywhere(tmp_path):
     marker = np.uint64(1 << 63)
     words = np.insert(words, [0, 1000, 400_000], [marker | np.uint64(b) for b in (0, 1, 2)])
     head = np.zeros((), _ACC_HEADER)
-    head["magic"], head["hash_bits"], head["threshold"] = b"PMACVGA2", 24, 1 << 22   # R = 1/4
+    head["magic"], head["hash_bits"], head["threshold"] = ACC_MAGIC, 24, 1 << 22   # R = 1/4
     payload = head.tobytes() + words.tobytes()
     summary = np.zeros((), _HEADER)
     summary["threshold"], summary["n_acc_words"] = 1 << 22, len(words)

@@ -124,6 +124,32 @@ def test_burst_histograms_from_tool_words():
         burst_histograms(words, 1, 32, 1.0)
 
 
+def test_accesses_inside_mpi_calls_move_the_stack_and_count_nowhere():
+    """Words after an outside marker (pmac_vg: the accesses inside an MPI call) push the bursts'
+    lines down the stacks, data and code alike, and add to no burst's or function's histogram."""
+    from pmac.reuse import FETCH_BIT, FN_SHIFT, OUTSIDE_MARK, BurstHistograms
+
+    marker, out, f1 = np.uint64(1 << 63), np.uint64(OUTSIDE_MARK), np.uint64(1 << FN_SHIFT)
+    fetch = np.uint64(1 << FETCH_BIT)
+    a, b, c, d = 100, 200, 300, 400
+    # burst 0: load A, fetch code C; MPI call: loads B twice, stores D, fetches code D (function 1)
+    # burst 1: load A (distance 2: B and D since), fetch C (distance 1: code D)
+    words = np.array([marker, a << 1, fetch | np.uint64(c << 1),
+                      out, f1 | np.uint64(b << 1), f1 | np.uint64(b << 1), f1 | np.uint64((d << 1) | 1),
+                      fetch | f1 | np.uint64(d << 1),
+                      marker | np.uint64(1), a << 1, fetch | np.uint64(c << 1)], dtype=np.uint64)
+    bh = BurstHistograms(32, 1.0)
+    for part in np.split(words, [4, 6]):              # chunks cut inside the call too
+        bh.feed(part)
+    h, fh = bh.result(2), bh.function_result(2)
+    assert h[0, 0, COLD_BIN] == 1 and h[0, 2, COLD_BIN] == 1 and h[0].sum() == 2
+    assert h[1, 0, 2] == 1 and h[1, 2, 1] == 1 and h[1].sum() == 2
+    assert fh[1].sum() == 0 and fh[0].sum() == 4
+    # without the call's accesses both would be at distance 0
+    h0 = burst_histograms(np.concatenate([words[:3], words[8:]]), 2, 32, 1.0)
+    assert h0[1, 0, 0] == 1 and h0[1, 2, 0] == 1
+
+
 def test_chunked_feeding_equals_one_pass():
     from pmac.reuse import BurstHistograms, StackState
 

@@ -18,10 +18,12 @@
  * spatial sample: line = addr >> 8 (256-byte blocks, so the sample is consistent for every line
  * size from 32 to 256 bytes), h = top 24 bits of line * 0x9E3779B97F4A7C15; the access is kept
  * when h < threshold (rate R = threshold / 2^24; the threshold is read from a variable that is 0
- * while code runs outside bursts, so those accesses are dropped without a call). Kept accesses go
- * to <out>.acc as 8-byte words
- * ((addr >> 5) << 1 | is_store); a word with the top bit set starts burst number (word & ~top).
- * Stack distances are computed from that stream by pmac.reuse (numba), scaled by 1/R.
+ * while a thread other than the main one runs, so those accesses are dropped without a call).
+ * Kept accesses go to <out>.acc as 8-byte words ((addr >> 5) << 1 | is_store); a word with the
+ * top bit set starts burst number (word & ~top), or, with bits 63 and 62 set (OUTSIDE_MARK), the
+ * accesses of an MPI call: the MPI library's code and data (its queues, the buffers it copies)
+ * push the bursts' lines down the LRU stacks as they push them out of a cache, but count in no
+ * burst. Stack distances are computed from that stream by pmac.reuse (numba), scaled by 1/R.
  *
  * Instruction fetch (C_FETCH): each time execution enters another 32-byte chunk of code (an
  * instruction starting in a chunk other than the previous instruction's, the first one of a
@@ -32,16 +34,16 @@
  * instrumenting: unsampled code pays nothing at run time.
  *
  * Files (little-endian), written with no address text:
- *   <out>      header 64 B: "PMACVGS1", u32 version=5, u32 n_counters, u32 hash_bits,
+ *   <out>      header 64 B: "PMACVGS1", u32 version=6, u32 n_counters, u32 hash_bits,
  *              u32 threshold, i32 pid, u32 flags, i64 n_bursts, i64 n_functions, i64 n_acc_words,
  *              i64 n_burst_functions; then the counters of code outside bursts: inside MPI calls,
  *              or run by a thread other than the main one (n_counters x u64);
  *              n_bursts x (i64 seq, n_counters x u64); n_functions x (char name[64],
  *              char object[64], n_counters x u64); n_burst_functions x (i64 burst, i64 function,
  *              n_counters x u64); trailer "PMACEND1".
- *   <out>.acc  16 B header "PMACVGA2", u32 hash_bits, u32 threshold; then the sampled words
+ *   <out>.acc  16 B header "PMACVGA3", u32 hash_bits, u32 threshold; then the sampled words
  *              (bit 0 store, bits 1-43 address / 32, bits 44-61 function id, bit 62 fetch; see
- *              acc_sample).
+ *              acc_sample) and the markers (bit 63).
  * Counters: see the C_* enum (instructions .. sampled).
  *
  * Def-use distance: for each FP instruction, the distance in instructions to the nearest earlier
@@ -239,10 +241,12 @@ static VG_REGPARM(1) void seg_sync(Seg *s) {
     s->epoch = g_epoch;
 }
 
-/* Start a new accounting epoch when the counters that code runs for change. */
+/* Start a new accounting epoch when the counters that code runs for change. The main thread's
+ * accesses inside MPI calls are sampled too (they push the bursts' lines down the LRU stacks),
+ * other threads' are not. */
 static void set_target(void) {
     Long bi = (in_mpi || other_thread) ? -1 : n_bursts - 1;
-    g_threshold = bi < 0 ? 0 : clo_threshold;
+    g_threshold = other_thread ? 0 : clo_threshold;
     if (g_epoch && epoch_burst[g_epoch] == bi) return;
     if (++g_epoch >= cap_epochs) {
         cap_epochs = cap_epochs ? 2 * cap_epochs : 4096;
@@ -257,11 +261,29 @@ static void set_target(void) {
 #define FN_SHIFT 44
 #define FN_ID_MAX ((1ULL << 18) - 1)
 #define FETCH_BIT 62
+/* starts the accesses made inside an MPI call: they update the LRU stacks and count in no burst
+ * (until the next burst marker) */
+#define OUTSIDE_MARK ((1ULL << 63) | (1ULL << 62))
+
+/* Inside an MPI call the library polls the same few lines while it waits: a line already written
+ * in this call (a direct-mapped filter on the 32-byte unit, tagged with the call's number) is
+ * not written again, so a long wait costs its distinct lines, not its iterations. What the
+ * stacks lose is the order of the call's own repeated lines, which all stay above the bursts'. */
+#define OUT_FILTER 4096
+static ULong out_filter[OUT_FILTER];
+static ULong out_section;   /* number of the current MPI call (from 1), part of the filter's tag */
 
 static VG_REGPARM(2) void acc_sample(Addr a, UWord tag) {
+    ULong w = (((ULong)(a >> 5) << 1) & ((1ULL << FN_SHIFT) - 1)) | (tag & 1)
+              | ((ULong)((tag >> 1) & 1) << FETCH_BIT) | ((ULong)(tag >> 2) << FN_SHIFT);
+    if (in_mpi) {
+        ULong key = ((ULong)(a >> 5) << 1 | ((tag >> 1) & 1)) ^ (out_section << 45);
+        ULong *slot = &out_filter[((a >> 5) ^ (a >> 17)) & (OUT_FILTER - 1)];
+        if (*slot == key) return;
+        *slot = key;
+    }
     cur->v[C_SAMPLED]++;
-    acc_push((((ULong)(a >> 5) << 1) & ((1ULL << FN_SHIFT) - 1)) | (tag & 1) | ((ULong)((tag >> 1) & 1) << FETCH_BIT)
-             | ((ULong)(tag >> 2) << FN_SHIFT));
+    acc_push(w);
 }
 
 static void new_burst(Long seq) {
@@ -285,6 +307,8 @@ static Bool pm_client_request(ThreadId tid, UWord *arg, UWord *ret) {
             bursts[n_bursts - 1].seq = (Long)arg[1];
             cur = &mpi_c;
             in_mpi = 1;
+            out_section++;
+            acc_push(OUTSIDE_MARK);
             set_target();
         }
     } else if (req == 1) {    /* exit of MPI call arg[1] */
@@ -858,7 +882,7 @@ static void pm_post_clo_init(void) {
     }
     acc_fd = sr_Res(r);
     struct { HChar magic[8]; UInt hash_bits, threshold; } h;
-    VG_(memcpy)(h.magic, "PMACVGA2", 8);
+    VG_(memcpy)(h.magic, "PMACVGA3", 8);
     h.hash_bits = HASH_BITS;
     h.threshold = (UInt)clo_threshold;
     VG_(write)(acc_fd, &h, sizeof h);
@@ -897,7 +921,7 @@ static void pm_fini(Int exitcode) {
     } h;
     VG_(memset)(&h, 0, sizeof h);
     VG_(memcpy)(h.magic, "PMACVGS1", 8);
-    h.version = 5; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
+    h.version = 6; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
     h.pid = VG_(getpid)(); h.flags = flags;
     h.n_bursts = n_bursts; h.n_functions = n_fns; h.n_acc_words = acc_total; h.n_burst_functions = n_bf;
     write_all(fd, &h, sizeof h);
