@@ -73,7 +73,7 @@ in ``fetch_cum`` as ``1 - misses / fetches``; a burst with no sampled fetch has 
 share of the sample times the fetches, as for data: a burst's code is a few hot 256-byte blocks,
 and when the hot loop's block is not sampled the share is that of its entry and exit code (after
 the MPI accesses entered the stacks, stencil2d-n2-128's bursts borrowed an 11 % miss share that
-way, +7 % on its prediction). Associativity: callgrind's 8-way and fully associative 32 KiB L1i
+way, +8.7 points on its prediction). Associativity: callgrind's 8-way and fully associative 32 KiB L1i
 count 2,427 and 2,473 misses an iteration in those bursts (bench/frontend_check, --i1-ways), so
 the cache is taken fully associative. What it does not capture: misses behind mispredicted
 indirect jumps, which cost more than the probe's predictable direct ones. Signatures before
@@ -199,8 +199,8 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
                  dtype=np.float32) -> BurstArrays:
     """Columnar bursts and their cumulative reuse histograms from the memory tables.
 
-    Bursts whose (sampled) histogram is empty at a line size borrow the aggregate histogram
-    of their rank (else of the whole run) so that a sampled-out short burst does not look
+    Bursts whose (sampled) load or store histogram is empty at a line size borrow the aggregate
+    histogram of their rank (else of the whole run) so that a sampled-out short burst does not look
     all-DRAM; the count is kept in ``n_borrowed_hist``.
     """
     bursts = memory.get("bursts")
@@ -233,7 +233,7 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     if empty.any():
         ranks = bursts["rank"].to_numpy()
         for l in range(len(line_sizes)):
-            for a in (ACCESS_LOAD, ACCESS_STORE):   # fetches: misses counted (below), none sampled none
+            for a in (ACCESS_LOAD, ACCESS_STORE):   # not fetches: their misses are counted (below)
                 e = empty[l, a]
                 if not e.any():
                     continue
