@@ -247,27 +247,21 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
                         hist[l, a, e & rows] = agg
                         borrowed |= e & rows
         totals = hist.sum(axis=3)
-    cum = np.zeros((len(line_sizes), len(kinds), n, N_CUM), dtype=dtype)
-    c = np.cumsum(hist[..., :N_CUM - 1], axis=3)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        frac = np.where(totals[..., None] > 0, c / np.where(totals > 0, totals, 1.0)[..., None], 0.0)
-    cum[..., 1:] = frac
+    c = np.zeros(hist.shape[:3] + (N_CUM,))   # sampled accesses below each capacity point
+    c[..., 1:] = np.cumsum(hist[..., :N_CUM - 1], axis=3)
+    data, tot = c[:, :2], totals[:, :2, :, None]
+    cum = np.where(tot > 0, data / np.where(tot > 0, tot, 1.0), 0.0).astype(dtype)
     fetches = fetch_cum = None   # not counted before signature version 6
     if "fetches" in bursts.columns and (bursts["fetches"].to_numpy() >= 0).all():
         fetches = bursts["fetches"].to_numpy(np.float64)
-        fetch_cum = np.ascontiguousarray(cum[:, ACCESS_FETCH])
         # misses counted, not a share: the sampled (scaled) fetches beyond a capacity estimate the
         # misses without bias, a share of the sample does not when a burst's few hot 256-byte
-        # blocks of code go unsampled (module docstring); a burst with no sampled fetch has none
-        own = np.broadcast_to((fetches > 0)[None, :], totals.shape[:1] + (n,))
-        if own.any():
-            s_tot = totals[:, ACCESS_FETCH]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                absolute = 1.0 - (s_tot[..., None] - np.concatenate(
-                    (np.zeros(c.shape[:3] + (1,)), c), axis=3)[:, ACCESS_FETCH]) / fetches[None, :, None]
-            fetch_cum = np.where(own[..., None], np.clip(absolute, 0.0, 1.0), fetch_cum).astype(dtype)
-            fetch_cum = np.ascontiguousarray(fetch_cum)
-    cum = np.ascontiguousarray(cum[:, :2])
+        # blocks of code go unsampled (module docstring); a burst with no sampled fetch has none,
+        # one with no fetches nothing to miss
+        counted = fetches[None, :, None] > 0
+        misses = totals[:, ACCESS_FETCH, :, None] - c[:, ACCESS_FETCH]
+        fetch_cum = np.where(counted, np.clip(1.0 - misses / np.where(counted, fetches[None, :, None], 1.0),
+                                              0.0, 1.0), 1.0).astype(dtype)
     flop_s, flop_v = _flop_split(bursts)
     dep = np.nan_to_num(bursts["dep_distance_mean"].to_numpy(np.float64), nan=0.0)
     bmiss = np.nan_to_num(bursts["branch_miss_frac"].to_numpy(np.float64), nan=0.0)

@@ -682,7 +682,7 @@ static ULong hash_top(ULong a) { return ((a >> 8) * 0x9E3779B97F4A7C15ULL) >> (6
 
 /* An instruction fetch of the 32-byte chunk holding ``a``: whether the chunk is sampled is known
  * while instrumenting (its address is a constant), so an unsampled one costs nothing at run time
- * and a sampled one a guarded call that tests only the run-time threshold (0 outside bursts). */
+ * and a sampled one a guarded call that tests only the run-time threshold (0 while another thread runs). */
 static void sample_fetch(IRSB *out, Addr a, Counters *fn) {
     ULong top = hash_top(a);
     if (top >= clo_threshold) return;
