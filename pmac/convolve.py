@@ -68,7 +68,8 @@ at the fetch probe's ``miss_s`` (probes/fetch.py: code jumping in random order, 
 end as a mispredicted branch does, so it adds to the compute side. Why: cg_mpi4py-n2-3000's
 interpreter-bound bursts run 64 k instructions and 18 k fetches an iteration through code that a
 32 KiB cache does not hold and a 64 KiB one does (its fetch histogram). ``misses(C)`` is the
-*count* of sampled fetches at distance >= C, scaled by 1/R (SHARDS' estimator, unbiased), kept
+*count* of sampled fetches at distance >= C, scaled by 1/R (SHARDS' estimator, unbiased; code is
+sampled at R = 1/8 by default, denser than data, to cut the estimator's spread: pmac_vg.c), kept
 in ``fetch_cum`` as ``1 - misses / fetches``; a burst with no sampled fetch has none. Not the
 share of the sample times the fetches, as for data: a burst's code is a few hot 256-byte blocks,
 and when the hot loop's block is not sampled the share is that of its entry and exit code (after

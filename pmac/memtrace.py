@@ -51,22 +51,28 @@ COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_
 #: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations),
 #: 3 fp_recurrence (FP operations on loop-carried chains), 4 the counters per (burst, function),
 #: 5 instruction fetches (counted, and sampled in the access file: ACC_MAGIC), 6 the accesses
-#: inside MPI calls (in the access file after an outside marker); the files live only while a
-#: trace runs, so older ones are refused, not migrated
-TOOL_FILE_VERSION = 6
+#: inside MPI calls (in the access file after an outside marker), 7 the code's own sample rate
+#: (fetch_threshold); the files live only while a trace runs, so older ones are refused, not migrated
+TOOL_FILE_VERSION = 7
 #: the access file's magic: version 2 words carry fetches (bit 62) and 18-bit function ids,
-#: version 3 also the accesses inside MPI calls (pmac.reuse.OUTSIDE_MARK)
-ACC_MAGIC = b"PMACVGA3"
+#: version 3 also the accesses inside MPI calls (pmac.reuse.OUTSIDE_MARK), version 4 a header
+#: with the code's sample threshold
+ACC_MAGIC = b"PMACVGA4"
 NC = len(COUNTERS)
 _HEADER = np.dtype([("magic", "S8"), ("version", "<u4"), ("n_counters", "<u4"), ("hash_bits", "<u4"),
                     ("threshold", "<u4"), ("pid", "<i4"), ("flags", "<u4"), ("n_bursts", "<i8"),
-                    ("n_functions", "<i8"), ("n_acc_words", "<i8"), ("n_burst_functions", "<i8")])
-_ACC_HEADER = np.dtype([("magic", "S8"), ("hash_bits", "<u4"), ("threshold", "<u4")])
+                    ("n_functions", "<i8"), ("n_acc_words", "<i8"), ("n_burst_functions", "<i8"),
+                    ("fetch_threshold", "<u4"), ("pad", "<u4")])
+_ACC_HEADER = np.dtype([("magic", "S8"), ("hash_bits", "<u4"), ("threshold", "<u4"), ("fetch_threshold", "<u4"),
+                        ("pad", "<u4")])
 _BURST = np.dtype([("seq", "<i8"), ("c", "<u8", (NC,))])
 _FUNC = np.dtype([("name", "S64"), ("object", "S64"), ("c", "<u8", (NC,))])
 _BURST_FN = np.dtype([("burst", "<i8"), ("fn", "<i8"), ("c", "<u8", (NC,))])
 TRAILER = b"PMACEND1"
 DEFAULT_SAMPLE_RATE = 1.0 / 16
+#: the code's: a burst's code is a few hot 256-byte blocks, whose presence in a sparser sample
+#: decides its instruction-cache misses (pmac_vg.c, sample_fetch)
+DEFAULT_FETCH_SAMPLE_RATE = 1.0 / 8
 DEFAULT_NUMBA_CPU = "haswell"
 _UNHANDLED = ("unhandled instruction bytes", "Illegal opcode", "unhandled instruction")
 
@@ -76,6 +82,7 @@ class ToolOutput:
     """One process's tool files, decoded."""
     pid: int
     sample_rate: float
+    fetch_sample_rate: float
     mpi: dict[str, int]           # counters of code outside bursts: inside MPI calls, other threads
     burst_seq: np.ndarray         # int64 [n_bursts]
     bursts: np.ndarray            # uint64 [n_bursts, NC]
@@ -145,16 +152,28 @@ def read_tool_output(path: str | Path, stream: "AccessStream | None" = None) -> 
         raise TruncatedError(f"{len(acc)} bytes where the summary announces {nw} access words "
                              f"({_ACC_HEADER.itemsize + 8 * nw} bytes)", path=acc_path)
     ah = np.frombuffer(acc[:_ACC_HEADER.itemsize], _ACC_HEADER)[0]
-    if ah["hash_bits"] != HASH_BITS or ah["threshold"] != h["threshold"] or h["hash_bits"] != HASH_BITS:
+    if not _same_sampling(ah, h):
         raise InputError("access file and summary disagree on the sampling parameters", path=acc_path)
     words = np.frombuffer(acc, "<u8", nw, _ACC_HEADER.itemsize)
     return _decoded(h, mpi, b, f, nf, bf, words, None)
+
+
+def _same_sampling(acc_header, summary_header) -> bool:
+    return (acc_header["hash_bits"] == HASH_BITS and summary_header["hash_bits"] == HASH_BITS
+            and acc_header["threshold"] == summary_header["threshold"]
+            and acc_header["fetch_threshold"] == summary_header["fetch_threshold"])
+
+
+def _scales(header) -> tuple[float, float]:
+    """1/R of the data and of the code sample (0 when nothing is sampled)."""
+    return tuple((1 << HASH_BITS) / float(header[k]) if header[k] else 0.0 for k in ("threshold", "fetch_threshold"))
 
 
 def _decoded(h, mpi, b, f, nf, bf, words, hists, fn_hists=None) -> ToolOutput:
     dec = np.vectorize(lambda s: s.decode("utf-8", "replace"), otypes=[object])
     return ToolOutput(
         pid=int(h["pid"]), sample_rate=float(h["threshold"]) / (1 << HASH_BITS),
+        fetch_sample_rate=float(h["fetch_threshold"]) / (1 << HASH_BITS),
         mpi=dict(zip(COUNTERS, (int(x) for x in mpi))),
         burst_seq=b["seq"].astype(np.int64), bursts=b["c"].astype(np.uint64),
         function=dec(f["name"]).astype(str) if nf else np.zeros(0, str),
@@ -217,9 +236,8 @@ class AccessStream:
             self.header = head
             if len(head) < _ACC_HEADER.itemsize or head[:8] != ACC_MAGIC:
                 return
-            ah = np.frombuffer(head, _ACC_HEADER)[0]
-            scale = (1 << HASH_BITS) / ah["threshold"] if ah["threshold"] else 0.0
-            self.hist = {lb: BurstHistograms(lb, scale) for lb in self.line_sizes}
+            scale, code_scale = _scales(np.frombuffer(head, _ACC_HEADER)[0])
+            self.hist = {lb: BurstHistograms(lb, scale, code_scale) for lb in self.line_sizes}
             buf = bytearray(_CHUNK_BYTES)
             view = memoryview(buf)
             fill, eof = 0, False
@@ -263,8 +281,7 @@ class AccessStream:
             raise InputError(f"reading the sampled accesses failed: {self.error}", path=path)
         if len(self.header) < _ACC_HEADER.itemsize or self.header[:8] != ACC_MAGIC:
             raise InputError("not a pmac_vg access stream (bad or missing header)", path=path)
-        ah = np.frombuffer(self.header, _ACC_HEADER)[0]
-        if ah["hash_bits"] != HASH_BITS or ah["threshold"] != h["threshold"]:
+        if not _same_sampling(np.frombuffer(self.header, _ACC_HEADER)[0], h):
             raise InputError("access stream and summary disagree on the sampling parameters", path=path)
         if self.n_words != int(h["n_acc_words"]) or self.tail:
             raise TruncatedError(f"{self.n_words} access words (+{self.tail} bytes) where the summary announces "
@@ -340,12 +357,13 @@ def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...]
         bursts.append(pd.DataFrame({"rank": np.full(n, rank, np.int32), "seq": o.burst_seq, **d,
                                     "sample_frac": np.full(n, o.sample_rate)}))
         scale = 1.0 / o.sample_rate if o.sample_rate > 0 else 0.0
+        code_scale = 1.0 / o.fetch_sample_rate if o.fetch_sample_rate > 0 else 0.0
         for lb in line_sizes:
             if o.hists is not None and lb in o.hists:
                 h = o.hists[lb]
                 fh = o.fn_hists.get(lb) if o.fn_hists else None
             else:
-                bh = BurstHistograms(lb, scale)
+                bh = BurstHistograms(lb, scale, code_scale)
                 bh.feed(o.words)
                 h, fh = bh.result(n), bh.function_result(len(o.function))    # [n, 3, bins], [nf, 3, bins]
             bi, ai, ki = np.nonzero(h)
@@ -503,10 +521,11 @@ def _n_ranks(launcher_args: list[str]) -> int | None:
 
 
 def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ...] | None = None,
-                   sample_rate: float = DEFAULT_SAMPLE_RATE, env: dict | None = None,
-                   timeout_s: float | None = None, stream: bool = False,
+                   sample_rate: float = DEFAULT_SAMPLE_RATE, fetch_sample_rate: float = DEFAULT_FETCH_SAMPLE_RATE,
+                   env: dict | None = None, timeout_s: float | None = None, stream: bool = False,
                    line_sizes: tuple[int, ...] = LINE_SIZES_BYTES) -> ToolRun:
-    """Run the command with the sampled ranks under pmac_vg.
+    """Run the command with the sampled ranks under pmac_vg (data sampled at ``sample_rate``, code
+    at ``fetch_sample_rate``).
 
     ``stream=True``: the sampled accesses of each traced rank go through a FIFO into reuse
     histograms while the program runs (nothing on disk); else into ``rank-N.acc`` files.
@@ -516,6 +535,8 @@ def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ..
     if not argv:
         raise InputError("no command to trace (give it after --)")
     tool = build_tool()
+    thresholds = {"sample_threshold": threshold_for(sample_rate),
+                  "fetch_sample_threshold": threshold_for(fetch_sample_rate)}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     e = dict(os.environ if env is None else env)
@@ -535,8 +556,7 @@ def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ..
         shim = shim_for(argv, e)
         e["LD_PRELOAD"] = shim.library + (" " + e["LD_PRELOAD"] if e.get("LD_PRELOAD") else "")
         e.pop("PMAC_TRACE_DIR", None)
-        vg = [a for a in valgrind_command(tool, "", sample_threshold=threshold_for(sample_rate))
-              if not a.startswith("--pmac-out=")]
+        vg = [a for a in valgrind_command(tool, "", **thresholds) if not a.startswith("--pmac-out=")]
         wrapper = out_dir / "pmac-vg-wrap.sh"
         wrapper.write_text(_WRAPPER % {"vg": shlex.join(vg)})
         wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
@@ -544,7 +564,7 @@ def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ..
         e["PMAC_VG_RANKS"] = " ".join(str(r) for r in ranks) if ranks else ""
         cmd = argv[:i] + [str(wrapper)] + argv[i:]
     else:
-        cmd = valgrind_command(tool, out_dir / "rank-0", sample_threshold=threshold_for(sample_rate)) + argv
+        cmd = valgrind_command(tool, out_dir / "rank-0", **thresholds) + argv
     traced = [0] if i == 0 else list(ranks) if ranks else \
         (list(range(_n_ranks(argv[1:i]))) if _n_ranks(argv[1:i]) else [])
     streams = {}
@@ -587,7 +607,8 @@ def run_under_tool(argv: list[str], out_dir: str | Path, *, ranks: tuple[int, ..
 
 def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = None,
                  progress: Callable[[float, str], None] | None = None, sample_rate: float = DEFAULT_SAMPLE_RATE,
-                 timeout_s: float | None = None, env: dict | None = None) -> Path:
+                 fetch_sample_rate: float = DEFAULT_FETCH_SAMPLE_RATE, timeout_s: float | None = None,
+                 env: dict | None = None) -> Path:
     """Take the memory signature of ``argv`` into the signature folder ``out``; returns ``out``.
     ``env``: the program's environment (default: this process's).
 
@@ -601,8 +622,8 @@ def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = 
     tmp = Path(tempfile.mkdtemp(prefix=".mem-", dir=out.parent if out.parent.exists() else None))
     try:
         progress(0.05, "running under valgrind")
-        run = run_under_tool(argv, tmp, ranks=ranks, sample_rate=sample_rate, timeout_s=timeout_s, stream=True,
-                             env=env)
+        run = run_under_tool(argv, tmp, ranks=ranks, sample_rate=sample_rate, fetch_sample_rate=fetch_sample_rate,
+                             timeout_s=timeout_s, stream=True, env=env)
         rc, wall = run.returncode, run.wall_s
         progress(0.7, "computing reuse distances")
         outputs = {r: run.output(r) for r in sorted(run.files)}
@@ -612,6 +633,7 @@ def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = 
                 "memory_streamed_ranks": sorted(run.streams),
                 "memory_analysis_cpu_s": {int(r): round(float(st.cpu_s), 3) for r, st in sorted(run.streams.items())},
                 "memory_exit_code": int(rc), "memory_sample_rate": float(sample_rate),
+                "memory_fetch_sample_rate": float(fetch_sample_rate),
                 "numba_cpu_name": os.environ.get("NUMBA_CPU_NAME", DEFAULT_NUMBA_CPU),
                 "mpi_instructions": {int(r): int(o.mpi["instructions"]) for r, o in outputs.items()}}
         if (out / HEADER_FILE).exists():

@@ -13,7 +13,11 @@ For a burst with function rows:
   functions in proportion to each one's memory time priced alone: its bytes in the burst at the hit
   rates of its whole-run reuse histograms on its rank (the OTHER_FUNCTIONS row, and a function
   whose histograms sampled nothing, takes the burst's);
-- each function's compute time ``c_f`` comes from its own counters in the burst;
+- each function's compute time ``c_f`` comes from its own counters in the burst; its instruction-
+  cache misses are its fetches in the burst at the miss rate *counted* over its whole run (sampled
+  fetches beyond the capacity, scaled, over its fetches: pmac.convolve), so a function none of
+  whose code is in the sample has none, as a burst with none has none; only the OTHER_FUNCTIONS
+  row takes its burst's rate;
 - ``t_b = sum_f max(m_f, c_f) + beta * min(m_f, c_f)``.
 
 Bursts without rows (one function; signatures before version 4) are convolved as one.
@@ -69,26 +73,28 @@ def phases_of(memory: dict[str, pd.DataFrame], ba: BurstArrays) -> Phases | None
         funcs = bf.loc[named, ["rank", "function"]].drop_duplicates().reset_index(drop=True)
         fid = funcs.reset_index().rename(columns={"index": "seq"})
         fr = fr.drop(columns=["seq"]).merge(fid, on=["rank", "function"], how="inner")
-        if len(fr):
-            fake = pd.DataFrame({c: np.zeros(len(funcs), d) for c, d in BURSTS.columns})
-            fake["rank"] = funcs["rank"].to_numpy(np.int32)
-            fake["seq"] = np.arange(len(funcs))
-            fake["sample_frac"] = 1.0
-            fn_tab = memory.get("functions")
-            if fn_tab is not None and "fetches" in fn_tab.columns:
-                # the whole-run fetch count each function's histogram is a sample of (convolve.burst_arrays
-                # turns its sampled misses into a miss share of it)
-                fake["fetches"] = funcs.merge(fn_tab[["rank", "function", "fetches"]].drop_duplicates(
-                    ["rank", "function"]), on=["rank", "function"], how="left")["fetches"].fillna(-1).to_numpy()
-            fba = burst_arrays({"bursts": fake, "reuse": fr.assign(function="")}, line_sizes=ba.line_bytes,
-                               dtype=ba.cum.dtype)
-            row_f = pd.MultiIndex.from_frame(funcs).get_indexer(pd.MultiIndex.from_frame(bf[["rank", "function"]]))
-            has = row_f >= 0
-            own = ~fba.unsampled[:, :, row_f[has]]             # (line sizes, 3, rows with a function)
-            cum[:, :, has, :] = np.where(own[:, :2, :, None], fba.cum[:, :, row_f[has], :], cum[:, :, has, :])
-            if fetch_cum is not None and fba.fetch_cum is not None:
-                fetch_cum[:, has, :] = np.where(own[:, 2, :, None], fba.fetch_cum[:, row_f[has], :],
-                                                fetch_cum[:, has, :])
+        fake = pd.DataFrame({c: np.zeros(len(funcs), d) for c, d in BURSTS.columns})
+        fake["rank"] = funcs["rank"].to_numpy(np.int32)
+        fake["seq"] = np.arange(len(funcs))
+        fake["sample_frac"] = 1.0
+        fn_fetches = np.full(len(funcs), -1.0)
+        fn_tab = memory.get("functions")
+        if fn_tab is not None and "fetches" in fn_tab.columns:
+            # the whole-run fetch count each function's histogram is a sample of (convolve.burst_arrays
+            # turns its counted misses into a miss rate of it); -1: not counted or not listed
+            fn_fetches = funcs.merge(fn_tab[["rank", "function", "fetches"]].drop_duplicates(
+                ["rank", "function"]), on=["rank", "function"], how="left")["fetches"].fillna(-1).to_numpy()
+            fake["fetches"] = np.maximum(fn_fetches, 0)
+        fba = burst_arrays({"bursts": fake, "reuse": fr.assign(function="")}, line_sizes=ba.line_bytes,
+                           dtype=ba.cum.dtype)
+        row_f = pd.MultiIndex.from_frame(funcs).get_indexer(pd.MultiIndex.from_frame(bf[["rank", "function"]]))
+        has = row_f >= 0
+        own = ~fba.unsampled[:, :2, row_f[has]]             # (line sizes, loads/stores, rows with a function)
+        cum[:, :, has, :] = np.where(own[..., None], fba.cum[:, :, row_f[has], :], cum[:, :, has, :])
+        if fetch_cum is not None and fba.fetch_cum is not None:
+            counted = fn_fetches[row_f[has]] >= 0
+            fetch_cum[:, has, :] = np.where(counted[None, :, None], fba.fetch_cum[:, row_f[has], :],
+                                            fetch_cum[:, has, :])
     rows = dataclasses.replace(rows, cum=cum, unsampled=None, n_borrowed_hist=0,
                                fetches=rows.fetches if fetch_cum is not None else None, fetch_cum=fetch_cum)
     return Phases(rows=rows, burst=burst)

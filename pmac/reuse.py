@@ -452,17 +452,18 @@ class BurstHistograms:
     bursts: the library's code and data evict the program's); distances and counts are scaled by
     ``scale = 1/R``. Data (loads and stores) and code (fetches, bit 62) have a stack each: they
     meet in separate first-level caches, and the fetch histogram says what an instruction cache
-    of a given size holds. One numba pass per chunk and stack (:func:`_lru_pass`).
+    of a given size holds. The code is sampled at its own rate: ``code_scale`` (default
+    ``scale``). One numba pass per chunk and stack (:func:`_lru_pass`).
     """
 
-    def __init__(self, line_bytes: int, scale: float):
+    def __init__(self, line_bytes: int, scale: float, code_scale: float | None = None):
         if line_bytes < 32 or line_bytes & (line_bytes - 1):
             raise ValueError(f"line size must be a power of two >= 32 bytes, got {line_bytes}")
         self.shift = int(math.log2(line_bytes // 32))
         self.scale = float(scale)
-        self.lut = _bin_lut(self.scale)
-        self.data = _KindStream(self.shift, self.lut, self.scale)
-        self.code = _KindStream(self.shift, self.lut, self.scale)
+        self.code_scale = self.scale if code_scale is None else float(code_scale)
+        self.data = _KindStream(self.shift, _bin_lut(self.scale), self.scale)
+        self.code = _KindStream(self.shift, _bin_lut(self.code_scale), self.code_scale)
 
     @property
     def burst(self) -> int:
@@ -511,10 +512,11 @@ def _grown(h: np.ndarray, top: int) -> np.ndarray:
     return g
 
 
-def burst_histograms(words: np.ndarray, n_bursts: int, line_bytes: int, scale: float) -> np.ndarray:
+def burst_histograms(words: np.ndarray, n_bursts: int, line_bytes: int, scale: float,
+                     code_scale: float | None = None) -> np.ndarray:
     """Histograms ``[n_bursts, 3, N_REUSE_BINS]`` (loads, stores, fetches) from the tool's access
     words in one go."""
-    bh = BurstHistograms(line_bytes, scale)
+    bh = BurstHistograms(line_bytes, scale, code_scale)
     bh.feed(words)
     return bh.result(n_bursts)
 

@@ -94,9 +94,13 @@ def build_tool(*, force: bool = False) -> VgTool:
     return VgTool(valgrind=vg, lib_dir=str(d), source_hash=key)
 
 
-def valgrind_command(tool: VgTool, out_file: str | Path, *, sample_threshold: int | None = None) -> list[str]:
-    """Command prefix running a program under the tool (set ``VALGRIND_LIB=tool.lib_dir``)."""
+def valgrind_command(tool: VgTool, out_file: str | Path, *, sample_threshold: int | None = None,
+                     fetch_sample_threshold: int | None = None) -> list[str]:
+    """Command prefix running a program under the tool (set ``VALGRIND_LIB=tool.lib_dir``);
+    thresholds of the data and code samples (None: the tool's defaults, 1/16 and 1/8)."""
     cmd = [tool.valgrind, "-q", f"--tool={TOOL_NAME}", f"--pmac-out={out_file}"]
     if sample_threshold is not None:
         cmd.append(f"--pmac-sample-threshold={int(sample_threshold)}")
+    if fetch_sample_threshold is not None:
+        cmd.append(f"--pmac-fetch-sample-threshold={int(fetch_sample_threshold)}")
     return cmd

@@ -38,7 +38,7 @@ def kernels(tmp_path_factory, cache):
     exe = d / "kernels"
     subprocess.run(["gcc", "-O2", "-mavx2", "-mfma", "-ffp-contract=off", "-fno-tree-vectorize", "-o", str(exe),
                     str(DATA / "memtrace_kernels.c")], check=True)
-    sig = trace_memory([str(exe), str(N)], d / "sig", sample_rate=1.0)
+    sig = trace_memory([str(exe), str(N)], d / "sig", sample_rate=1.0, fetch_sample_rate=1.0)
     return exe, load_signature(sig)
 
 
@@ -152,7 +152,7 @@ def test_truncated_and_bad_files(kernels, tmp_path):
     with pytest.raises(TruncatedError, match="trunc: .*killed before valgrind finished"):
         read_tool_output(bad)
     bad.write_bytes(data[:30])
-    with pytest.raises(TruncatedError, match="shorter than the 64-byte header"):
+    with pytest.raises(TruncatedError, match="shorter than the 72-byte header"):
         read_tool_output(bad)
     bad.write_bytes(b"NOTPMAC!" + data[8:])
     with pytest.raises(InputError, match="not a pmac_vg summary"):
@@ -166,8 +166,9 @@ def test_truncated_and_bad_files(kernels, tmp_path):
 
 def test_streamed_histograms_equal_the_file_ones(kernels, tmp_path):
     exe, sig = kernels
-    streamed = run_under_tool([str(exe), str(N)], tmp_path / "s", sample_rate=0.25, stream=True)
-    on_disk = run_under_tool([str(exe), str(N)], tmp_path / "f", sample_rate=0.25)
+    streamed = run_under_tool([str(exe), str(N)], tmp_path / "s", sample_rate=0.25, fetch_sample_rate=0.125,
+                              stream=True)
+    on_disk = run_under_tool([str(exe), str(N)], tmp_path / "f", sample_rate=0.25, fetch_sample_rate=0.125)
     assert list(streamed.streams) == [0] and not (tmp_path / "s" / "rank-0.acc").is_file()
     a, b = streamed.output(0), on_disk.output(0)
     assert a.words.size == 0 and b.hists is None
@@ -177,7 +178,7 @@ def test_streamed_histograms_equal_the_file_ones(kernels, tmp_path):
     # can differ by a few sampled accesses between runs (seen: 1 of ~14,000 in bin 0), so the
     # histograms agree to a few sampled accesses, not bit for bit.
     for lb in (32, 256):
-        np.testing.assert_allclose(a.hists[lb], burst_histograms(b.words, len(b.burst_seq), lb, 4.0),
+        np.testing.assert_allclose(a.hists[lb], burst_histograms(b.words, len(b.burst_seq), lb, 4.0, 8.0),
                                    rtol=1e-3, atol=8.0)
     # the signature taken by trace_memory (streamed, rate 1) has every load of burst 1
     r = sig.memory["reuse"]
@@ -320,7 +321,8 @@ def test_numba_entry_points_name_jit_blocks(tmp_path):
     (pid, (addr, names)), = read_jit_symbols(tmp_path).items()
     assert names.tolist() == ["__main__.kernel"] and addr.tolist() == [entry]
     block = entry & ~63
-    o = ToolOutput(pid=pid, sample_rate=1.0, mpi={}, burst_seq=np.array([0]), bursts=np.zeros((1, NC), np.uint64),
+    o = ToolOutput(pid=pid, sample_rate=1.0, fetch_sample_rate=1.0, mpi={}, burst_seq=np.array([0]),
+                   bursts=np.zeros((1, NC), np.uint64),
                    function=np.array([f"?0x{block:x}", f"?0x{block + 128:x}", f"?0x{block + (2 << 20):x}",
                                       f"?0x{block:x}", "main"]),
                    object=np.array(["", "", "", "libfoo.so", "app"]),
@@ -402,15 +404,19 @@ def test_stream_reader_joins_words_cut_anywhere(tmp_path):
 
     rng = np.random.default_rng(3)
     n = 700_000                      # 5.6 MB: more than one 4 MiB analysis chunk
+    fetch = rng.random(n) < 0.2      # instruction fetches (bit 62), sampled at their own rate
     words = (rng.integers(0, 60_000, n).astype(np.uint64) << np.uint64(1)) | \
-        (rng.random(n) < 0.3).astype(np.uint64) | (rng.integers(0, 3, n).astype(np.uint64) << np.uint64(FN_SHIFT))
+        ((rng.random(n) < 0.3) & ~fetch).astype(np.uint64) | (fetch.astype(np.uint64) << np.uint64(62)) | \
+        (rng.integers(0, 3, n).astype(np.uint64) << np.uint64(FN_SHIFT))
     marker = np.uint64(1 << 63)
     words = np.insert(words, [0, 1000, 400_000], [marker | np.uint64(b) for b in (0, 1, 2)])
     head = np.zeros((), _ACC_HEADER)
     head["magic"], head["hash_bits"], head["threshold"] = ACC_MAGIC, 24, 1 << 22   # R = 1/4
+    head["fetch_threshold"] = 1 << 23                                               # code: R = 1/2
     payload = head.tobytes() + words.tobytes()
     summary = np.zeros((), _HEADER)
-    summary["threshold"], summary["n_acc_words"] = 1 << 22, len(words)
+    summary["hash_bits"], summary["threshold"], summary["fetch_threshold"] = 24, 1 << 22, 1 << 23
+    summary["n_acc_words"] = len(words)
 
     fifo = tmp_path / "rank-0.acc"
     os.mkfifo(fifo)
@@ -420,8 +426,8 @@ def test_stream_reader_joins_words_cut_anywhere(tmp_path):
     got = stream.histograms(summary, 3, fifo)
     writer.join()
     for lb in (32, 256):
-        np.testing.assert_array_equal(got[lb], burst_histograms(words, 3, lb, 4.0))
-    assert got[32].sum() == 4.0 * n
+        np.testing.assert_array_equal(got[lb], burst_histograms(words, 3, lb, 4.0, 2.0))
+    assert got[32][:, :2].sum() == 4.0 * (~fetch).sum() and got[32][:, 2].sum() == 2.0 * fetch.sum()
 
     fifo2 = tmp_path / "rank-1.acc"
     os.mkfifo(fifo2)
@@ -600,10 +606,11 @@ def test_instruction_fetches_and_their_reuse(kernels, tmp_path):
     exe = _build_c(tmp_path, "big", source, "-O1")
     nm = subprocess.run(["nm", "-S", str(exe)], capture_output=True, text=True, check=True).stdout
     size = next(int(ln.split()[1], 16) for ln in nm.splitlines() if ln.endswith(" big"))
-    o = read_tool_output(run_under_tool([str(exe)], tmp_path / "run", sample_rate=1.0).files[0])
+    o = read_tool_output(run_under_tool([str(exe)], tmp_path / "run", sample_rate=1.0,
+                                        fetch_sample_rate=1.0).files[0])
     from pmac.reuse import BurstHistograms
     fid = list(o.function).index("big")
-    bh = BurstHistograms(64, 1.0)
+    bh = BurstHistograms(64, 1.0, 1.0)
     bh.feed(o.words)
     fh = bh.function_result(len(o.function))[fid, ACCESS_FETCH]
     k = COUNTERS.index("fetches")
@@ -616,3 +623,45 @@ def test_instruction_fetches_and_their_reuse(kernels, tmp_path):
     assert fh[0] / fh.sum() > 0.45
     assert hit_fraction(fh, 0.8 * lines) == pytest.approx(fh[0] / fh.sum(), abs=1e-4)
     assert hit_fraction(fh, 1.25 * lines) == pytest.approx(1 - fh[COLD_BIN] / fh.sum(), abs=1e-4)
+
+
+def test_code_is_sampled_at_its_own_rate(tmp_path):
+    """Code has its own sample rate (pmac_vg --pmac-fetch-sample-threshold): with the data at rate 1
+    and the code at 1/4, a function's loads and stores are all in the file, and its fetches are
+    exactly those of a full trace of the same program whose 256-byte block hashes below the code's
+    threshold; the fetch histogram is scaled by 4, the data's by 1."""
+    from pmac.memsig import ACCESS_FETCH
+    from pmac.memtrace import memory_tables
+    from pmac.reuse import FETCH_BIT, FN_SHIFT, threshold_for
+
+    body = "".join(f"  v[{i % 64}] = v[{(i * 5) % 64}] * {1 + i % 3}.25 + v[{(i * 11) % 64}];\n" for i in range(600))
+    source = ("#include <stdio.h>\n__attribute__((noinline)) void big(volatile double *v) {\n" + body + "}\n"
+              "int main(void) { static double v[64]; for (int k = 0; k < 20; k++) big(v);\n"
+              "  printf(\"%f\\n\", v[0]); return 0; }\n")
+    exe = _build_c(tmp_path, "big", source, "-O1")
+    full = read_tool_output(run_under_tool([str(exe)], tmp_path / "a", sample_rate=1.0,
+                                           fetch_sample_rate=1.0).files[0])
+    part = read_tool_output(run_under_tool([str(exe)], tmp_path / "b", sample_rate=1.0,
+                                           fetch_sample_rate=0.25).files[0])
+    assert (full.sample_rate, full.fetch_sample_rate, part.sample_rate, part.fetch_sample_rate) == (1, 1, 1, 0.25)
+
+    def of_big(o):
+        fid = list(o.function).index("big")
+        w = o.words[(o.words >> np.uint64(63)) == 0]
+        w = w[((w >> np.uint64(FN_SHIFT)) & np.uint64((1 << 18) - 1)) == fid]
+        fetch = ((w >> np.uint64(FETCH_BIT)) & np.uint64(1)) == 1
+        return fid, np.sort(w[~fetch]), np.sort(w[fetch] & np.uint64((1 << FN_SHIFT) - 1))
+
+    _, data_full, code_full = of_big(full)
+    fid, data_part, code_part = of_big(part)
+    np.testing.assert_array_equal(data_part, data_full)
+    block = (code_full >> np.uint64(1)) >> np.uint64(3)          # 32-byte units -> 256-byte blocks
+    top = (block * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+    kept = code_full[top < np.uint64(threshold_for(0.25))]
+    assert 0 < len(kept) < len(code_full)
+    np.testing.assert_array_equal(code_part, kept)
+    r = memory_tables({0: part})["reuse"]
+    r = r[(r["function"] == "big") & (r["line_bytes"] == 64)]
+    assert r[r["access"] == ACCESS_FETCH]["count"].sum() == 4 * len(code_part)
+    assert r[r["access"] != ACCESS_FETCH]["count"].sum() == len(data_part)
+    assert part.functions[fid, COUNTERS.index("fetches")] == full.functions[fid, COUNTERS.index("fetches")]

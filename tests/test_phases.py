@@ -79,6 +79,44 @@ def test_rows_without_their_own_histograms_take_the_bursts():
                                              rel=1e-6)
 
 
+def test_each_function_misses_the_instruction_cache_at_its_own_counted_rate():
+    """A row's L1i misses: its fetches in the burst at its function's whole-run counted miss rate
+    (sampled fetches beyond the L1i, scaled, over the function's fetches); a function none of whose
+    code was sampled has none, though its burst misses; the other code takes the burst's rate."""
+    import dataclasses
+
+    from pmac.memsig import ACCESS_FETCH, FUNCTIONS
+    from pmac.profile import FetchModel
+
+    mem = _memory()
+    b = mem["bursts"].copy()
+    b["fetches"] = 3000
+    mem["bursts"] = b
+    burst_fetch = [dict(rank=0, seq=s, function="", line_bytes=64, access=ACCESS_FETCH,
+                        bin=int(reuse_bin(np.array([d]))[0]), count=c) for s in (1, 2) for d, c in ((-1, 1000.0),
+                                                                                                  (10, 2000.0))]
+    sweep_fetch = [dict(r, access=ACCESS_FETCH) for r in _fn_rows(0, "sweep", {-1: 500, 10: 500})]
+    mem["reuse"] = REUSE.coerce(pd.concat([mem["reuse"], pd.DataFrame(burst_fetch + sweep_fetch)], ignore_index=True))
+    bf = mem["burst_functions"]
+    bf = pd.concat([bf, bf.iloc[[1]].assign(function=OTHER_FUNCTIONS)], ignore_index=True)
+    bf["fetches"] = 1000
+    mem["burst_functions"] = BURST_FUNCTIONS.coerce(bf)
+    mem["functions"] = FUNCTIONS.coerce(pd.DataFrame({c: [0, 0] for c in FUNCTIONS.names}).assign(
+        function=["sweep", "chain"], object="app", fetches=[1000, 4000]))
+    check_tables(mem)
+    ba = burst_arrays(mem, line_sizes=(64,))
+    ph = phases_of(mem, ba)
+    prof = two_level_profile(beta=0.0, dep=False, branch=False)
+    fetch = FetchModel(l1i_size_bytes=32768, l1i_line_bytes=64, miss_s=2e-9)
+    m = machine_coeffs(prof)
+    mf = machine_coeffs(dataclasses.replace(prof, node=dataclasses.replace(prof.node, fetch=fetch)))
+    extra = convolve(ph.rows, [mf]).compute_s[0] - convolve(ph.rows, [m]).compute_s[0]
+    # sweep: half its fetches miss (500 of 1000); chain: 4000 fetches, none sampled: none; the
+    # other code: its burst's 1000 of 3000
+    assert ph.rows.fetches.tolist() == [1000.0, 1000.0, 1000.0]
+    np.testing.assert_allclose(extra, [500 * 2e-9, 0.0, 1000 / 3 * 2e-9], rtol=1e-6, atol=1e-15)
+
+
 def test_rows_of_a_burst_not_in_the_signature_are_refused():
     mem = _memory()
     bf = mem["burst_functions"].copy()
