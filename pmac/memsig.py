@@ -83,7 +83,7 @@ BURSTS = TableSpec(name="bursts", columns=(
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
     ("branch_miss_frac", "float64"),
-    ("sample_frac", "float64"),  # fraction of accesses sampled for the reuse histograms
+    ("sample_frac", "float64"),  # of data accesses sampled for the reuse histograms (code: memory_fetch_sample_rate)
 ))
 
 REUSE = TableSpec(name="reuse", columns=(
