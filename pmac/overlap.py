@@ -26,7 +26,7 @@ whose timed region is 0.02 s; with it in, the fitted ``beta`` went to 1).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -47,6 +47,28 @@ SAMPLE_COLUMNS = ("app", "case", "rank", "seq", "memory_s", "compute_s", "max_s"
 def app_of(sig: Signature) -> str:
     """The application a signature belongs to (its ``app`` parameter, else its name)."""
     return str(sig.header.parameters.get("app", sig.name))
+
+
+def not_traced_on(sig: Signature, profile: MachineProfile) -> str | None:
+    """Why ``sig``'s measured bursts are not samples of the machine ``profile`` describes, or None
+    when they are: traced on the profile's host (every rank) with the CPU its node names.
+
+    The host name alone is not enough: a VM keeps its name when it is moved to other hardware
+    (this project's ``vm`` was an AMD EPYC on 24 Nov 2026 and an Intel Xeon on 26 Nov). A signature
+    whose provenance names no CPU (traced before pmac recorded it) cannot be told apart and is
+    refused too: retrace it on the machine.
+    """
+    host = profile.provenance.get("host")
+    hosts = set(sig.header.rank_hosts) or {sig.header.provenance.get("host")}
+    if host and hosts != {host}:
+        return f"traced on {', '.join(sorted(str(h) for h in hosts))}, not on {host}"
+    cpu = profile.node.cpu_model if profile.node else profile.provenance.get("cpu_model")
+    sig_cpu = sig.header.provenance.get("cpu_model")
+    if not sig_cpu:
+        return "its provenance names no CPU (traced before pmac recorded it): retrace it on this machine"
+    if cpu != sig_cpu:
+        return f"traced on CPU {sig_cpu!r}; the profile describes {cpu!r}"
+    return None
 
 
 def steady_bursts(events: pd.DataFrame) -> pd.DataFrame:
@@ -180,11 +202,3 @@ def leave_one_out(samples: pd.DataFrame) -> pd.DataFrame:
             rows.append(dict(app=app, case=case, beta=beta, predicted_s=pred, measured_s=meas,
                              error_pct=100.0 * (pred - meas) / meas if meas > 0 else np.nan))
     return pd.DataFrame(rows, columns=["app", "case", "beta", "predicted_s", "measured_s", "error_pct"])
-
-
-def calibrate_profile(profile: MachineProfile, signatures: Sequence[Signature], *, exclude: Iterable[str] = ()
-                      ) -> tuple[OverlapModel, pd.DataFrame]:
-    """Samples from ``signatures`` (traced on this machine) and the fitted model."""
-    frames = [samples_from_signature(s, profile) for s in signatures]
-    samples = pd.concat(frames, ignore_index=True)
-    return calibrate(samples, exclude=exclude), samples

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import platform
 import signal
 import tempfile
 import time
@@ -33,7 +32,7 @@ import pandas as pd
 from .errors import InputError, PmacError, ProbeError, ToolMissingError
 from .fit import curves_from_raw, fit_node, latency_from_raw, os_caches
 from .profile import RAW_TABLES, ComputeModel, FetchModel, MachineProfile, NodeModel, save_profile
-from .schema import ensure_folder, provenance, sha256_file
+from .schema import cpu_model, ensure_folder, provenance, sha256_file
 from .table import save_tables
 
 Progress = Callable[[float, str], None]
@@ -41,16 +40,6 @@ Progress = Callable[[float, str], None]
 #: share of the progress bar per phase
 _PHASES = {"memory": (0.0, 0.62), "compute": (0.62, 0.68), "overlap": (0.68, 0.71), "fetch": (0.71, 0.72),
            "network": (0.72, 1.0)}
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def clock_hz() -> float | None:

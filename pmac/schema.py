@@ -331,6 +331,24 @@ def from_dict(cls: type, data: Any, *, path: str | Path | None = None, where: st
 
 # ---------------------------------------------------------------- provenance
 
+def cpu_model() -> str:
+    """This machine's CPU as /proc/cpuinfo names it, with its family, model and stepping where the
+    name alone is generic (a KVM guest's "Intel(R) Xeon(R) Processor" is every Xeon since 2017)."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if not line.strip():
+                break                       # the first processor's block is enough
+            key, _, val = line.partition(":")
+            info[key.strip()] = val.strip()
+    except OSError:
+        pass
+    name = info.get("model name") or platform.processor() or platform.machine() or "unknown"
+    ids = [f"{label} {info[key]}" for key, label in (("cpu family", "family"), ("model", "model"),
+                                                        ("stepping", "stepping")) if key in info]
+    return f"{name} ({', '.join(ids)})" if ids else name
+
+
 def provenance(command: str | None = None, inputs: dict[str, str | Path] | None = None,
                parameters: dict | None = None, **extra: Any) -> dict:
     """The provenance block every generated file carries."""
@@ -338,6 +356,7 @@ def provenance(command: str | None = None, inputs: dict[str, str | Path] | None 
         "pmac_version": __version__,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host": socket.gethostname(),
+        "cpu_model": cpu_model(),
         "python": platform.python_version(),
         "command": command if command is not None else " ".join(sys.argv),
     }

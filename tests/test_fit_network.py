@@ -183,3 +183,19 @@ def test_unshaped_link_has_no_shaper():
     # nor is an intra-node link ever taken as shaped
     pp = tables["pingpong"].assign(placement="intra_node")
     assert not fit_network({"pingpong": pp}).intra_node.shaped
+
+
+def test_overheads_beyond_the_one_way_time_scale_down_together():
+    """o_s + o_r measured above the smallest one-way time (a receive delayed on a busy machine) are
+    scaled down to it keeping their ratio: o_r is not zeroed whenever o_s alone reaches it."""
+    from pmac.fit_network import QUANTILE
+
+    tables = raw_tables()
+    pp = tables["pingpong"].copy()
+    pp.loc[pp.test == "recv_overhead", "time_s"] = 1.5e-6 + 0.2e-6      # o_r 1.5 us after half a pycall
+    corr = corrected_pingpong(pp, "intra_node")
+    t_small = corr[corr.msg_bytes > 0].groupby("msg_bytes").time_corrected_s.quantile(QUANTILE).iloc[0]
+    assert 0.2e-6 + 1.5e-6 > t_small
+    link = fit_network({**tables, "pingpong": pp}, mpi_library="MPICH test").intra_node
+    assert link.send_overhead_s == pytest.approx(0.2e-6 * t_small / 1.7e-6, rel=1e-6)
+    assert link.recv_overhead_s == pytest.approx(1.5e-6 * t_small / 1.7e-6, rel=1e-6)

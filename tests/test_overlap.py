@@ -179,3 +179,43 @@ def test_calibrate_overlap_by_call_table():
     assert a["overlap_us"] == pytest.approx(3.0)   # max + 0.5 min: 2.5 and 3.5
     assert a["sum_us"] == pytest.approx(3.5)       # 3 and 4
     assert t.loc["SENDRECV", "overlap_us"] == pytest.approx(7.5) and t.loc["SENDRECV", "sum_us"] == pytest.approx(10)
+
+
+def test_not_traced_on_names_host_and_cpu():
+    """A signature's measured bursts are samples of a machine only when traced on its host with the
+    CPU its node names; the host name alone is not enough (a VM keeps its name on other hardware)."""
+    import dataclasses
+
+    from pmac.overlap import not_traced_on
+
+    prof = two_level_profile()
+    prof = dataclasses.replace(prof, provenance={"host": "vm"},
+                               node=dataclasses.replace(prof.node, cpu_model="Xeon (family 6, model 207)"))
+
+    def traced(hosts, cpu):
+        sig = pingpong_signature()
+        prov = {"host": hosts[0]} | ({"cpu_model": cpu} if cpu else {})
+        return dataclasses.replace(sig, header=dataclasses.replace(sig.header, rank_hosts=hosts, provenance=prov))
+
+    assert not_traced_on(traced(("vm", "vm"), "Xeon (family 6, model 207)"), prof) is None
+    assert not_traced_on(traced(("vm", "vm"), "AMD EPYC (family 25, model 1)"), prof) == \
+        "traced on CPU 'AMD EPYC (family 25, model 1)'; the profile describes 'Xeon (family 6, model 207)'"
+    assert not_traced_on(traced(("vm", "other"), "Xeon (family 6, model 207)"), prof) == "traced on other, vm, not on vm"
+    assert "names no CPU" in not_traced_on(traced(("vm", "vm"), None), prof)
+
+
+def test_cpu_model_names_family_and_model(monkeypatch, tmp_path):
+    """pmac.schema.cpu_model reads the first processor's block of /proc/cpuinfo."""
+    import pmac.schema as schema
+
+    text = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n"
+            "model name\t: Intel(R) Xeon(R) Processor\nstepping\t: 2\n\nprocessor\t: 1\nmodel name\t: other\n")
+    real = schema.Path
+
+    def fake_path(p, *a):
+        return real(tmp_path / "cpuinfo") if str(p) == "/proc/cpuinfo" else real(p, *a)
+
+    (tmp_path / "cpuinfo").write_text(text)
+    monkeypatch.setattr(schema, "Path", fake_path)
+    assert schema.cpu_model() == "Intel(R) Xeon(R) Processor (family 6, model 207, stepping 2)"
+    assert schema.provenance(command="x")["cpu_model"] == schema.cpu_model()
