@@ -55,9 +55,17 @@ packed-divide rate is probed: numba and gcc without ``-ffast-math`` keep these d
 **Loop-carried chains.** A burst's ``fp_recurrence`` (pmac_vg: FP operations on dependency
 chains carried from one loop iteration to the next, e.g. the add of ``s += a[i] * b[i]``
 compiled without reassociation) cannot overlap with each other on any core: the flop time is
-at least ``fp_recurrence * t_chain_op``, where ``t_chain_op = 1 / dependency_flop_per_s`` at the
-dependency probe's shortest distance (one chain of dependent multiplies and adds). So
-``t_flop = max(t_flop, fp_recurrence * t_chain_op)``. Why: cg_mpi4py's dot products (numba, no
+at least the chain's latency: ``t_chain = (fp_recurrence - fp_recurrence_mul) * chain_add_s +
+fp_recurrence_mul * chain_mul_s``, the adds and the multiply-class operations (multiplies, FMAs,
+divides, square roots; pmac_vg counts them on the chain, signature version 7) each at the latency
+the compute probe's ``chain`` kernels measure (profile schema 9). So ``t_flop = max(t_flop,
+t_chain)``. Why two prices: an add's latency and an FMA's differ by core (this project's Xeon, 26
+Nov: 0.72-0.86 ns an add, 1.35-1.39 ns an FMA; Zen 3: 3 and 4 cycles), and an application's chains
+are one or the other: cg_mpi4py's numba dot products add (no contraction without fastmath),
+stencil2d's ``local += d * d`` is an FMA (gcc contracts at -O2). A signature without the split
+(before version 7), or a profile without the chain probe, prices every chain operation at
+``t_chain_op = 1 / dependency_flop_per_s`` at the dependency probe's shortest distance (a chain
+that alternates a multiply and an add: the mean of the two latencies). Why: cg_mpi4py's dot products (numba, no
 fastmath) are such chains, and ran 2x slower than the flop count at the throughput rate says.
 Signatures before version 3 (-1, not counted) and profiles without the dependency probe skip it.
 **Instruction fetch.** A burst's ``fetches`` (pmac_vg: entries into a 32-byte chunk of code) have
@@ -158,6 +166,8 @@ class BurstArrays:
     divsqrt: np.ndarray | None = None
     #: FP operations on loop-carried dependency chains; None: not recorded
     recurrence: np.ndarray | None = None
+    #: of which multiplies, FMAs, divides and square roots; None: not recorded (one price for all)
+    recurrence_mul: np.ndarray | None = None
     #: instruction fetches (entries into a 32-byte chunk of code); None: not recorded
     fetches: np.ndarray | None = None
     #: ``fetch_cum[l, b, k]``: ``1 - misses / fetches`` at the capacity points of ``cum``, the misses
@@ -169,6 +179,7 @@ class BurstArrays:
         for name in ("seq", "load_bytes", "store_bytes", "loads", "stores", "flop_scalar", "flop_simd", "branches",
                      "dep_distance_mean", "branch_miss_frac") + (("divsqrt",) if self.divsqrt is not None else ()) + (
                          ("recurrence",) if self.recurrence is not None else ()) + (
+                         ("recurrence_mul",) if self.recurrence_mul is not None else ()) + (
                          ("fetches",) if self.fetches is not None else ()):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"BurstArrays.{name} has {len(getattr(self, name))} entries, expected {n}")
@@ -276,13 +287,17 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     recurrence = None  # not counted before signature version 3
     if "fp_recurrence" in bursts.columns and (bursts["fp_recurrence"].to_numpy() >= 0).all():
         recurrence = bursts["fp_recurrence"].to_numpy(np.float64)
+    recurrence_mul = None  # not counted before signature version 7
+    if (recurrence is not None and "fp_recurrence_mul" in bursts.columns
+            and (bursts["fp_recurrence_mul"].to_numpy() >= 0).all()):
+        recurrence_mul = np.minimum(bursts["fp_recurrence_mul"].to_numpy(np.float64), recurrence)
     return BurstArrays(
         rank=bursts["rank"].to_numpy(np.int32), seq=bursts["seq"].to_numpy(np.int64),
         load_bytes=lb, store_bytes=sb, loads=loads, stores=stores,
         flop_scalar=flop_s, flop_simd=flop_v, branches=bursts["branches"].to_numpy(np.float64),
         dep_distance_mean=dep, branch_miss_frac=bmiss, line_bytes=line_sizes, cum=cum,
         n_borrowed_hist=int(borrowed.sum()), unsampled=unsampled, divsqrt=divsqrt, recurrence=recurrence,
-        fetches=fetches, fetch_cum=fetch_cum)
+        recurrence_mul=recurrence_mul, fetches=fetches, fetch_cum=fetch_cum)
 
 
 def event_bursts(ba: BurstArrays, events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -323,6 +338,10 @@ class MachineCoeffs:
     divsqrt_per_s: float | None = None
     #: seconds per FP operation of one dependent chain; None: chains not priced
     chain_op_s: float | None = None
+    #: seconds per add and per multiply-class operation of a chain (the chain probe); None: not
+    #: probed, such operations at ``chain_op_s``
+    chain_add_s: float | None = None
+    chain_mul_s: float | None = None
     #: the L1 instruction cache in lines of ``l1i_line_bytes``, and the price of a miss in it;
     #: None: no instruction-cache term (the profile has no ``node.fetch``)
     l1i_capacity_lines: float = 0.0
@@ -438,7 +457,8 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         load_bandwidth_bytes_per_s=tuple(bl), store_bandwidth_bytes_per_s=tuple(bs),
         flop_per_s_scalar=comp.flop_per_s_scalar, flop_per_s_simd=comp.flop_per_s_simd,
         dep_distance=dep_x, dep_slowdown_ratio=dep_y, branch_miss_frac=br_x, branch_cost_s=br_y,
-        divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, l1i_capacity_lines=l1i_lines, l1i_line_bytes=l1i_line,
+        divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, chain_add_s=comp.chain_add_s,
+        chain_mul_s=comp.chain_mul_s, l1i_capacity_lines=l1i_lines, l1i_line_bytes=l1i_line,
         fetch_miss_s=fetch_miss, beta=float(beta), active_cores=active, notes=tuple(notes))
 
 
@@ -459,8 +479,8 @@ def _segment_curve(out, x, y0, xs, iw, dy, p):
 
 
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
-def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, recur, branches, dep, bmiss,
-            cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, t_ch,
+def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, recur, recur_mul, branches, dep,
+            bmiss, cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, t_ch, t_chm,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail, fetches, fetch_cum, f_line, f_edge, f_frac, f_miss, has_fetch):
     """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
@@ -514,6 +534,7 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
         fvb = flop_v[b0:b1]
         dsq = divsqrt[b0:b1]
         rec = recur[b0:b1]
+        recm = recur_mul[b0:b1]
         tf = np.empty(m)
         brb = branches[b0:b1]
         x_dep = dep[b0:b1]
@@ -585,10 +606,11 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
                 for j in range(m):
                     tf[j] = fsb[j] * ifs + fvb[j] * ifv
             tch = t_ch[p]
-            if tch > 0.0:
-                # loop-carried chains: no core overlaps their operations
+            tchm = t_chm[p]
+            if tch > 0.0 or tchm > 0.0:
+                # loop-carried chains: no core overlaps their operations (adds, multiply-class)
                 for j in range(m):
-                    tf[j] = max(tf[j], rec[j] * tch)
+                    tf[j] = max(tf[j], (rec[j] - recm[j]) * tch + recm[j] * tchm)
             if has_fetch and f_miss[p] > 0.0:
                 # instruction-cache misses stall the front end like mispredicted branches
                 fl, fe, ff, fm = f_line[p], f_edge[p], f_frac[p], f_miss[p]
@@ -650,6 +672,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
     points: dict[tuple[int, int, float], int] = {(0, 0, 0.0): 0}
     a = dict(lev_k=np.zeros((n_l, n_p), np.int64), line_b=np.zeros((n_l + 1, n_p)), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
              inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), inv_dv=np.zeros(n_p), t_ch=np.zeros(n_p),
+             t_cha=np.zeros(n_p), t_chm=np.zeros(n_p),
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
              br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
              beta=np.zeros(n_p), f_line=np.zeros(n_p, np.int64), f_edge=np.zeros(n_p, np.int64),
@@ -676,6 +699,8 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
         a["inv_fv"][p] = 1.0 / m.flop_per_s_simd
         a["inv_dv"][p] = 1.0 / m.divsqrt_per_s if m.divsqrt_per_s else 0.0
         a["t_ch"][p] = m.chain_op_s if m.chain_op_s else 0.0
+        a["t_cha"][p] = m.chain_add_s if m.chain_add_s else a["t_ch"][p]
+        a["t_chm"][p] = m.chain_mul_s if m.chain_mul_s else a["t_ch"][p]
         a["dep_y0"][p], a["dep_x"][:, p], a["dep_iw"][:, p], a["dep_dy"][:, p] = _segments(
             m.dep_distance, m.dep_slowdown_ratio, 1.0, n_d)
         a["br_y0"][p], a["br_x"][:, p], a["br_iw"][:, p], a["br_dy"][:, p] = _segments(
@@ -727,16 +752,21 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
     out_c = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
     divsqrt = bursts.divsqrt if bursts.divsqrt is not None else np.zeros(n_b)
     recur = bursts.recurrence if bursts.recurrence is not None else np.zeros(n_b)
+    # chains split into adds and multiply-class operations, each at its price; unsplit (signature
+    # before version 7): all at the one price of chain_op_s
+    split = bursts.recurrence_mul is not None
+    recur_mul = bursts.recurrence_mul if split else np.zeros(n_b)
+    t_add, t_mul = (a["t_cha"], a["t_chm"]) if split else (a["t_ch"], a["t_ch"])
     has_fetch = bursts.fetches is not None
     if has_fetch and int(a["f_edge"].max()) + 1 >= bursts.fetch_cum.shape[2]:
         raise ValueError("convolve: an instruction cache is larger than the cumulative histograms cover")
     fetches = bursts.fetches if has_fetch else np.zeros(1)
     fetch_cum = bursts.fetch_cum if has_fetch else np.zeros((1, 1, 2), bursts.cum.dtype)
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
-            bursts.flop_scalar, bursts.flop_simd, divsqrt, recur,
+            bursts.flop_scalar, bursts.flop_simd, divsqrt, recur, recur_mul,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
             a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["line_b"], a["inv_bl"], a["inv_bs"],
-            a["inv_fs"], a["inv_fv"], a["inv_dv"], a["t_ch"], a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
+            a["inv_fs"], a["inv_fv"], a["inv_dv"], t_add, t_mul, a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail, fetches, fetch_cum, a["f_line"], a["f_edge"], a["f_frac"], a["f_miss"],
             has_fetch)

@@ -79,6 +79,7 @@ BURSTS = TableSpec(name="bursts", columns=(
     ("flop", "float64"),         # floating-point operations (lanes x instructions)
     ("fp_divsqrt", "int64"),     # of which divides and square roots (lanes); -1: not counted
     ("fp_recurrence", "int64"),  # FP operations on loop-carried dependency chains; -1: not counted
+    ("fp_recurrence_mul", "int64"),  # of which multiplies, FMAs, divides, square roots; -1: not counted
     ("fetches", "int64"),        # instruction fetches (entries into a 32-byte chunk of code); -1: not counted
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
@@ -112,6 +113,7 @@ FUNCTIONS = TableSpec(name="functions", columns=(
     ("flop", "float64"),
     ("fp_divsqrt", "int64"),
     ("fp_recurrence", "int64"),
+    ("fp_recurrence_mul", "int64"),
     ("fetches", "int64"),
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
@@ -143,6 +145,8 @@ ADDED_COLUMNS = {
     2: {"bursts": {"fp_divsqrt": -1}, "functions": {"fp_divsqrt": -1}},
     3: {"bursts": {"fp_recurrence": -1}, "functions": {"fp_recurrence": -1}},
     6: {"bursts": {"fetches": -1}, "functions": {"fetches": -1}, "burst_functions": {"fetches": -1}},
+    7: {"bursts": {"fp_recurrence_mul": -1}, "functions": {"fp_recurrence_mul": -1},
+        "burst_functions": {"fp_recurrence_mul": -1}},
 }
 
 

@@ -47,13 +47,14 @@ from .vgtool_build import build_tool, valgrind_command
 #: counters of the tool, in file order (pmac_vg.c enum C_*)
 COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256",
             "fp_512", "flop", "fp_divsqrt", "branches", "branch_misses", "dep_sum", "dep_n", "fp_recurrence",
-            "fetches", "sampled")
+            "fetches", "sampled", "fp_recurrence_mul")
 #: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations),
 #: 3 fp_recurrence (FP operations on loop-carried chains), 4 the counters per (burst, function),
 #: 5 instruction fetches (counted, and sampled in the access file: ACC_MAGIC), 6 the accesses
 #: inside MPI calls (in the access file after an outside marker), 7 the code's own sample rate
-#: (fetch_threshold); the files live only while a trace runs, so older ones are refused, not migrated
-TOOL_FILE_VERSION = 7
+#: (fetch_threshold), 8 fp_recurrence_mul (the multiply-class operations of the chains); the files
+#: live only while a trace runs, so older ones are refused, not migrated
+TOOL_FILE_VERSION = 8
 #: the access file's magic: version 2 words carry fetches (bit 62) and 18-bit function ids,
 #: version 3 also the accesses inside MPI calls (pmac.reuse.OUTSIDE_MARK), version 4 a header
 #: with the code's sample threshold
@@ -305,8 +306,8 @@ def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
         dep = np.where(col["dep_n"] > 0, col["dep_sum"] / np.maximum(col["dep_n"], 1), np.nan)
         miss = np.where(col["branches"] > 0, col["branch_misses"] / np.maximum(col["branches"], 1), np.nan)
     out = {k: col[k] for k in ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar",
-                               "fp_128", "fp_256", "fp_512", "fp_divsqrt", "fp_recurrence", "fetches",
-                               "branches")}
+                               "fp_128", "fp_256", "fp_512", "fp_divsqrt", "fp_recurrence",
+                               "fp_recurrence_mul", "fetches", "branches")}
     out["flop"] = col["flop"].astype(np.float64)
     out["dep_distance_mean"] = dep
     out["branch_miss_frac"] = miss

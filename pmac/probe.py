@@ -32,7 +32,7 @@ import pandas as pd
 from .errors import InputError, PmacError, ProbeError, ToolMissingError
 from .fit import curves_from_raw, fit_node, latency_from_raw, os_caches
 from .profile import RAW_TABLES, ComputeModel, FetchModel, MachineProfile, NodeModel, save_profile
-from .schema import cpu_model, ensure_folder, provenance, sha256_file
+from .schema import cpu_model, ensure_folder, new_file_mode, provenance, sha256_file
 from .table import save_tables
 
 Progress = Callable[[float, str], None]
@@ -80,13 +80,14 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
         g = rows[rows["probe"] == probe]
         if g.empty:
             raise ProbeError(f"compute probe '{probe}' produced no values")
-        better = probe != "branch"   # rates: larger is better; branch costs: smaller
+        better = probe not in ("branch", "chain")   # rates: larger is better; times: smaller
         return g.groupby("param", sort=True)["value"].agg(
             lambda v: float(np.median(ending_reps(v.to_numpy(), COMPUTE_BEST, "best", larger_is_better=better))))
 
     sc, sv = med("flop_scalar"), med("flop_simd")
     dep, br, miss = med("dependency"), med("branch"), med("branch_miss")
     ds = med("divsqrt") if (rows["probe"] == "divsqrt").any() else None
+    ch = med("chain") if (rows["probe"] == "chain").any() else None
     return ComputeModel(
         isa=f"{isa['cpu_name']} (llvmlite {isa['llvmlite']})",
         flop_per_s_scalar=float(sc.iloc[0]), flop_per_s_simd=float(sv.iloc[0]),
@@ -95,7 +96,9 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
         dependency_flop_per_s=tuple(float(v) for v in dep),
         branch_miss_frac=tuple(float(miss[p]) for p in br.index),
         branch_cost_s=tuple(float(v) for v in br),
-        divsqrt_per_s=float(ds.iloc[0]) if ds is not None else None)
+        divsqrt_per_s=float(ds.iloc[0]) if ds is not None else None,
+        chain_add_s=float(ch[0.0]) if ch is not None and 0.0 in ch.index else None,
+        chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None)
 
 
 def fetch_model(rows: pd.DataFrame, l1i: dict | None, *, baseline_bytes: int, miss_bytes: int,
@@ -216,10 +219,8 @@ def _write_pair(profile: MachineProfile, raw: dict[str, pd.DataFrame], yaml_path
         tmp_yaml = Path(tmp_yaml)
         try:
             save_profile(profile, tmp_yaml)
-            umask = os.umask(0)
-            os.umask(umask)
             for f in (tmp, tmp_yaml):  # mkstemp makes 0600 files: give them the usual mode
-                os.chmod(f, 0o666 & ~umask)
+                os.chmod(f, new_file_mode())
             blocked = {signal.SIGINT, signal.SIGTERM}
             old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
             try:

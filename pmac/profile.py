@@ -27,7 +27,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -49,9 +49,13 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                            "levels); version 6 files have '' (not recorded) and no variants",
                         8: "node.fetch (optional: the L1 instruction cache and the price of a line fetched "
                            "from beyond it, probes/fetch.py); version 7 files have none (no instruction-"
-                           "cache term)"},
+                           "cache term)",
+                        9: "node.compute.chain_add_s and chain_mul_s (optional: seconds per operation of a "
+                           "loop-carried chain of adds, and of multiply-adds; probes/compute.py ``chain``); "
+                           "version 8 files have none (every chain operation at the dependency probe's "
+                           "shortest-distance rate)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
-                          5: lambda body: body, 6: lambda body: body, 7: lambda body: body})
+                          5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -171,11 +175,18 @@ class ComputeModel:
     #: divide and square-root operations per second (probes/compute.py ``divsqrt``: scalar code,
     #: the divider's throughput); None where the source did not measure it
     divsqrt_per_s: float | None = None
+    #: seconds per operation of one loop-carried chain of adds (``s += x[i]``) and of multiply-adds
+    #: (``s = s * c + x[i]``, one FMA where the ISA has it, else a multiply and an add: per
+    #: operation) (probes/compute.py ``chain``); None where not measured
+    chain_add_s: float | None = None
+    chain_mul_s: float | None = None
 
     def __post_init__(self):
         _positive("flop_per_s_scalar", self.flop_per_s_scalar)
         _positive("flop_per_s_simd", self.flop_per_s_simd)
         _positive("divsqrt_per_s", self.divsqrt_per_s)
+        _positive("chain_add_s", self.chain_add_s)
+        _positive("chain_mul_s", self.chain_mul_s)
         if len(self.dependency_distance) != len(self.dependency_flop_per_s):
             raise ValueError("dependency_distance and dependency_flop_per_s differ in length")
         if len(self.branch_miss_frac) != len(self.branch_cost_s):

@@ -72,6 +72,10 @@ def format_profile(profile: MachineProfile) -> str:
                          f"{fq(c.flop_per_s_scalar, 'flop_per_s')}, SIMD {fq(c.flop_per_s_simd, 'flop_per_s')} per core")
             if c.divsqrt_per_s:
                 lines.append(f"    divide / square root: {c.divsqrt_per_s / 1e9:.3g} G/s per core (scalar)")
+            if c.chain_add_s or c.chain_mul_s:
+                parts = [f"{k} {fq(v, 's')}" for k, v in (("add", c.chain_add_s), ("multiply-add", c.chain_mul_s))
+                         if v]
+                lines.append(f"    loop-carried chain, per operation: {', '.join(parts)}")
             if c.dependency_distance:
                 pts = ", ".join(f"{d:g}: {fq(r, 'flop_per_s')}" for d, r in zip(c.dependency_distance, c.dependency_flop_per_s))
                 lines.append(f"    dependency distance -> rate: {pts}")

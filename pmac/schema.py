@@ -77,6 +77,20 @@ def ensure_folder(path: str | Path, what: str = "folder", *, try_write: bool = F
     return path
 
 
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0666 less the umask (mkstemp's files are 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _target_mode(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return new_file_mode()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over ``path``. A place
     that cannot be written is an InputError naming ``path`` (not the temporary file)."""
@@ -92,6 +106,10 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            # mkstemp makes the file 0600: give it the mode a plain open() would (the existing
+            # file's, else 0666 less the umask), or a profile written by one user is unreadable
+            # to the rest of a site
+            os.fchmod(f.fileno(), _target_mode(path))
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:

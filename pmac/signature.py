@@ -26,7 +26,7 @@ from .trace import EVENT_TABLES, world_comm_table
 KIND = "pmac.signature"
 #: current schema version (memory.npz columns by version: pmac.memsig.ADDED_COLUMNS; version 4
 #: adds the table burst_functions)
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: header + events.npz (+ memory.npz)",
                         2: "memory.npz: bursts and functions gain fp_divsqrt (divide and square-root "
                            "operations); version-1 signatures load with -1 there (not counted)",
@@ -38,9 +38,13 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: header + events.npz (+ m
                            "traced program); older signatures have '' (not recorded)",
                         6: "memory.npz: bursts, functions and burst_functions gain fetches (instruction "
                            "fetches), reuse gains access 2 (their stack distances); older signatures load "
-                           "with -1 (not counted) and no instruction-cache term"},
+                           "with -1 (not counted) and no instruction-cache term",
+                        7: "memory.npz: bursts, functions and burst_functions gain fp_recurrence_mul (the "
+                           "multiplies, FMAs, divides and square roots among fp_recurrence, priced at the "
+                           "profile's multiply-add chain); older signatures load with -1 (not counted: "
+                           "every chain operation at one price)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
-                          5: lambda body: body})
+                          5: lambda body: body, 6: lambda body: body})
 
 HEADER_FILE = "signature.yaml"
 EVENTS_FILE = "events.npz"

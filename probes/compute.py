@@ -23,6 +23,14 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   multiply and add fit beside it. Scalar: LLVM keeps these divides scalar even with
   ``fastmath`` (its cost model; so does gcc for C without ``-ffast-math``), so no packed
   divide rate is measured.
+- ``chain`` (value: seconds per operation; param 0: adds, 1: multiply-adds): one loop-carried
+  chain over an L1-resident array, ``s += x[i]`` (param 0) and ``s = s * c + x[i]`` (param 1,
+  contracted to one FMA where the ISA has it, else a multiply and an add: the time per iteration
+  over the operations it runs). Without reassociation nothing overlaps the chain, so these are the
+  latencies of an add and of a multiply-add, which differ by core (Zen 3: 3 and 4 cycles; Golden
+  Cove: 2-3 and 4): the price of the memory signatures' ``fp_recurrence`` and
+  ``fp_recurrence_mul`` operations. The ``dependency`` probe's distance-1 chain alternates a
+  multiply and an add, the mean of the two.
 - ``branch`` (param: probability p that the branch is taken, outcomes iid; value: seconds per
   branch): a loop whose body branches on a precomputed random byte; the taken side stores, so
   the compiler keeps a real conditional jump. ``branch_miss`` rows (param p, value 2p(1-p)) give
@@ -36,6 +44,7 @@ name numba uses and its features.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 
@@ -108,6 +117,33 @@ def _make_chain_kernel(d: int):
     exec(compile(src, f"<chain{d}>", "exec"), ns)
     # no fastmath: the multiply and the add stay separate dependent instructions
     return njit(cache=False)(ns[f"chain{d}"])
+
+
+@njit(cache=True)
+def _chain_add(x, reps):
+    s = 0.0
+    for _ in range(reps):
+        for i in range(x.size):
+            s += x[i]
+    return s
+
+
+@njit(cache=True, fastmath={"contract"})
+def _chain_muladd(x, reps, c):
+    s = 0.0
+    for _ in range(reps):
+        for i in range(x.size):
+            s = s * c + x[i]
+    return s
+
+
+@functools.lru_cache(maxsize=None)
+def chain_ops_per_iteration() -> int:
+    """Operations per iteration of ``_chain_muladd`` as compiled: 1 (an FMA), 2 (multiply, add)."""
+    fresh = njit(fastmath={"contract"})(_chain_muladd.py_func)
+    x = np.ones(8)
+    fresh(x, 1, 0.5)
+    return 1 if "vfmadd" in fresh.inspect_asm(fresh.signatures[0]) else 2
 
 
 DEP_DISTANCES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -202,7 +238,7 @@ def run(*, quick: bool = False, progress=None, threshold: float = 0.02,
 
     probabilities = (0.0, 0.1, 0.25, 0.5) if quick else (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
     distances = (1, 2, 4, 8, 16) if quick else DEP_DISTANCES
-    steps = rounds * (3 + len(distances) + len(probabilities))
+    steps = rounds * (4 + len(distances) + len(probabilities))
     done = 0
 
     def tick(msg):
@@ -230,6 +266,11 @@ def _one_round(quick, target, rmin, rmax, threshold, probabilities, distances, a
     vals = _timeit(lambda n: _divsqrt_scalar(x, n), target, rmin, rmax, threshold,
                    scale=lambda n, dt: DIVSQRT_PER_ELEMENT * x.size * n / dt)
     add("divsqrt", simd_width_bits(_divsqrt_scalar, x, 1), vals)
+    tick("chain")
+    ops = chain_ops_per_iteration()
+    for param, run_chain, n_ops in ((0, lambda n: _chain_add(x, n), 1), (1, lambda n: _chain_muladd(x, n, c), ops)):
+        vals = _timeit(run_chain, target, rmin, rmax, threshold, scale=lambda n, dt, k=n_ops: dt / (k * x.size * n))
+        add("chain", param, vals)
     for d in distances:
         tick(f"dependency d={d}")
         k = chain_kernel(d)

@@ -238,6 +238,30 @@ def test_loop_carried_chains_bound_the_flop_time():
     assert convolve(chained, [nodep]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)
 
 
+def test_chain_adds_and_multiplies_at_their_own_prices():
+    """With fp_recurrence_mul (signature version 7) and the chain probe (profile schema 9):
+    t_chain = (rec - rec_mul) * chain_add_s + rec_mul * chain_mul_s; a profile without the chain
+    probe prices both kinds at chain_op_s; a signature without the split prices all at chain_op_s."""
+    m = machine_coeffs(two_level_profile())
+    rs = m.flop_per_s_scalar
+    t_add, t_mul = 1.5e-9, 4e-9
+    split = dataclasses.replace(m, chain_add_s=t_add, chain_mul_s=t_mul)
+    b = one_burst({10: 100}, load_bytes=800, fp_scalar=1000, flop=1000.0, fp_recurrence=600, fp_recurrence_mul=200)
+    assert b.recurrence_mul.tolist() == [200.0]
+    assert 400 * t_add + 200 * t_mul > 1000 / rs       # chain-bound: the case tests the chain term
+    assert convolve(b, [split]).compute_s[0, 0] == pytest.approx(400 * t_add + 200 * t_mul, rel=1e-12)
+    assert convolve(b, [m]).compute_s[0, 0] == pytest.approx(600 * m.chain_op_s, rel=1e-12)
+    unsplit = one_burst({10: 100}, load_bytes=800, fp_scalar=1000, flop=1000.0, fp_recurrence=600,
+                        fp_recurrence_mul=-1)
+    assert unsplit.recurrence_mul is None
+    assert convolve(unsplit, [split]).compute_s[0, 0] == pytest.approx(600 * m.chain_op_s, rel=1e-12)
+    # machine_coeffs takes the probe's prices from the profile
+    prof = two_level_profile()
+    prof = dataclasses.replace(prof, node=dataclasses.replace(prof.node, compute=dataclasses.replace(
+        prof.node.compute, chain_add_s=t_add, chain_mul_s=t_mul)))
+    assert convolve(b, [machine_coeffs(prof)]).compute_s[0, 0] == pytest.approx(400 * t_add + 200 * t_mul, rel=1e-12)
+
+
 def test_instruction_cache_misses_are_priced_at_the_profile_fetch_price():
     """compute += misses(L1i lines) * miss_s, the sampled fetches (access 2, scaled) beyond the
     profile's L1i size; no term for a profile without node.fetch or a signature whose

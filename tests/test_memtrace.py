@@ -508,7 +508,8 @@ def test_loop_carried_fp_chains_are_counted(tmp_path, cache):
     A dot product without reassociation carries one add per element (the multiply is not on
     the chain); a triad carries nothing; two interleaved accumulators carry one add each per
     iteration of half the length, the same total; a multiply-add recurrence x = x * c + e
-    carries two."""
+    carries two, one of them multiply-class (fp_recurrence_mul); contracted to FMAs, the dot
+    product and the recurrence carry one FMA an element, multiply-class."""
     from pmac.memtrace import COUNTERS
 
     source = (
@@ -538,6 +539,18 @@ def test_loop_carried_fp_chains_are_counted(tmp_path, cache):
     assert row["dot2"][k] == pytest.approx(n / 2, rel=0.01)   # two chains of n/2 overlap: the longest counts
     assert row["affine"][k] == pytest.approx(2 * n, rel=0.01)
     assert o.bursts[0, k] == sum(c[k] for c in o.functions)
+    # fp_recurrence_mul: the multiply-class operations on the chain (affine's multiply; the dot
+    # products' multiplies are off it)
+    km = COUNTERS.index("fp_recurrence_mul")
+    assert row["dot"][km] == 0 and row["triad"][km] == 0 and row["dot2"][km] == 0
+    assert row["affine"][km] == pytest.approx(n, rel=0.01)
+    assert o.bursts[0, km] == sum(c[km] for c in o.functions)
+    # contracted to FMAs: one operation per element on each chain, and it is multiply-class
+    exe = _build_c(tmp_path, "rf", source, "-O2", "-fno-tree-vectorize", "-mfma", "-ffp-contract=fast")
+    o = read_tool_output(run_under_tool([str(exe), str(n)], tmp_path / "runf").files[0])
+    row = {f: c for f, c in zip(o.function, o.functions)}
+    for f in ("dot", "affine"):
+        assert row[f][k] == pytest.approx(n, rel=0.01) and row[f][km] == pytest.approx(n, rel=0.01)
 
 
 def test_counters_per_burst_and_function(tmp_path, cache):

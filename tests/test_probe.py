@@ -227,8 +227,12 @@ def test_compute_values_are_median_of_best_repetitions_over_rounds():
     costs = [0.37e-9, 0.38e-9, 0.36e-9, 0.375e-9, 0.372e-9, 0.6e-9, 0.7e-9]
     rows += [("branch", 0.0, i, v) for i, v in enumerate(costs)]
     rows += [("branch_miss", 0.0, 0, 0.0)]
+    rows += [("chain", 0.0, i, 2 * v) for i, v in enumerate(costs)]   # times too: the cheapest five
+    rows += [("chain", 1.0, i, 4 * v) for i, v in enumerate(costs)]
     df = pd.DataFrame(rows, columns=["probe", "param", "rep", "value"])
     m = compute_model(df, {"cpu_name": "x", "llvmlite": "y"})
+    assert m.chain_add_s == pytest.approx(2 * 0.372e-9) and m.chain_mul_s == pytest.approx(4 * 0.372e-9)
+    assert compute_model(df[df["probe"] != "chain"], {"cpu_name": "x", "llvmlite": "y"}).chain_add_s is None
     assert m.flop_per_s_scalar == pytest.approx(8.02e9)      # median of the five good ones
     assert m.flop_per_s_simd == pytest.approx(4 * 8.02e9)
     assert m.divsqrt_per_s == pytest.approx(8.02e9 / 16)

@@ -215,3 +215,24 @@ def test_version_7_profile_loads_without_fetch_and_fetch_round_trips(tmp_path):
     assert load_profile(tmp_path / "f.yaml") == q
     with pytest.raises(ValueError, match="differ in length"):
         FetchModel(l1i_size_bytes=32768, miss_s=1e-9, footprint_bytes=(1.0,), line_random_s=())
+
+
+def test_atomic_write_gives_the_usual_mode(tmp_path):
+    """A file written through a temporary one has the mode open() would give it (0666 less the
+    umask), not mkstemp's 0600; an existing file keeps its own mode."""
+    import os
+    import stat
+
+    from pmac.schema import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "new.yaml", "a: 1\n")
+        assert stat.S_IMODE((tmp_path / "new.yaml").stat().st_mode) == 0o644
+        (tmp_path / "kept.yaml").write_text("a: 0\n")
+        os.chmod(tmp_path / "kept.yaml", 0o640)
+        atomic_write_text(tmp_path / "kept.yaml", "a: 1\n")
+        assert stat.S_IMODE((tmp_path / "kept.yaml").stat().st_mode) == 0o640
+        assert (tmp_path / "kept.yaml").read_text() == "a: 1\n"
+    finally:
+        os.umask(old)

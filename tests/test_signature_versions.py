@@ -55,8 +55,8 @@ def test_version_1_memory_tables_load_with_divides_not_counted(tmp_path):
 def test_unknown_signature_version_is_refused_by_name(tmp_path):
     save_signature(pingpong_signature(), tmp_path / "s")
     y = tmp_path / "s" / "signature.yaml"
-    y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 7"))
-    with pytest.raises(SchemaVersionError, match=r"signature\.yaml.*schema_version 7 is newer"):
+    y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 99"))
+    with pytest.raises(SchemaVersionError, match=r"signature\.yaml.*schema_version 99 is newer"):
         load_signature(tmp_path / "s")
 
 
@@ -159,3 +159,21 @@ def test_version_5_signature_loads_with_fetches_not_counted(tmp_path):
     new = load_signature(tmp_path / "v6")
     ba = burst_arrays(new.memory)
     assert ba.fetches.tolist() == [500.0] and ba.fetch_cum[0, 0, 1] == 1.0   # all 500 at distance 0
+
+def test_version_6_memory_has_no_chain_split():
+    """memory.npz of schema 6 has no fp_recurrence_mul; upgraded, it reads -1 (not counted) and the
+    convolver prices every chain operation at one price (BurstArrays.recurrence_mul is None)."""
+    from pmac.convolve import burst_arrays
+    from pmac.memsig import memory_tables_of_version, upgrade
+    from synth import memory_tables
+
+    for table in ("bursts", "functions", "burst_functions"):
+        assert "fp_recurrence_mul" not in memory_tables_of_version(6)[table].names
+        assert "fp_recurrence_mul" in memory_tables_of_version(7)[table].names
+    new = memory_tables([dict(rank=0, seq=1, fp_recurrence=5, fp_recurrence_mul=2)],
+                        [dict(rank=0, seq=1, access=0, counts={10: 1})])
+    old = {"bursts": new["bursts"].drop(columns=["fp_recurrence_mul"]), "reuse": new["reuse"]}
+    up = upgrade(old, 6)
+    assert up["bursts"]["fp_recurrence_mul"].tolist() == [-1]
+    assert burst_arrays(up, line_sizes=(64,)).recurrence_mul is None
+    assert burst_arrays(new, line_sizes=(64,)).recurrence_mul.tolist() == [2.0]

@@ -58,7 +58,10 @@
  * the value Put back into the same register (what the next iteration reads: `s += a[i] * b[i]`
  * without reassociation has 1, the add; a triad has 0). Counted once per execution of the block,
  * so a burst's count is the length of the dependent FP chain its loops run through, which no
- * out-of-order core can overlap: the convolver prices it at the dependency probe's chain rate.
+ * out-of-order core can overlap. C_RECUR_MUL counts the multiplies, fused multiply-adds, divides
+ * and square roots on that path (of the longest paths, the one with most of them): their latency
+ * differs from an add's by core (Zen 3: add 3, multiply 3, FMA 4 cycles; Golden Cove: add 2-3,
+ * multiply and FMA 4), so the convolver prices the two kinds at the profile's two chain probes.
  * Not seen: chains through memory (spilled accumulators) or across several superblocks (a loop
  * body with internal branches that valgrind splits).
  *
@@ -86,7 +89,8 @@
 
 enum {
     C_INSTR, C_LOADS, C_STORES, C_LOAD_BYTES, C_STORE_BYTES, C_FP_SCALAR, C_FP_128, C_FP_256, C_FP_512,
-    C_FLOP, C_DIVSQRT, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_RECUR, C_FETCH, C_SAMPLED, NC
+    C_FLOP, C_DIVSQRT, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_RECUR, C_FETCH, C_SAMPLED,
+    C_RECUR_MUL, NC
 };
 #define HASH_BITS 24
 #define DEP_CAP 32
@@ -223,6 +227,7 @@ static void seg_add(ULong *dst, const Seg *s, ULong n) {
     dst[C_DEP_SUM] += n * v[C_DEP_SUM];
     dst[C_DEP_N] += n * v[C_DEP_N];
     dst[C_RECUR] += n * v[C_RECUR];
+    dst[C_RECUR_MUL] += n * v[C_RECUR_MUL];
     dst[C_FETCH] += n * v[C_FETCH];
     dst[C_BRANCH_MISS] += s->miss;
 }
@@ -477,8 +482,24 @@ static Int resolve(Flow *fl, Int t, Int k, Int depth) {
 #define NREG 16
 #define NO_PATH (-(1 << 28))
 
-/* The loop-carried FP recurrence of a block (see C_RECUR above): dp[t][r] is the most FP
- * operations on a path from register r's value at block entry to temp t (NO_PATH: none). */
+/* A path's length packed with its multiply-class operations: REC_PACK * ops + mul_ops, so that
+ * the longest path wins and, among those, the one with most multiply-class operations. */
+#define REC_PACK 4096
+
+static Bool mul_class(IROp op, const FpOp *o) {
+    if (o->fma || o->divsqrt) return True;
+    switch (op) {
+    case Iop_MulF64: case Iop_MulF64r32: case Iop_Mul64F0x2: case Iop_MulF32: case Iop_Mul32F0x4:
+    case Iop_Mul64Fx2: case Iop_Mul32Fx4: case Iop_Mul64Fx4: case Iop_Mul32Fx8:
+        return True;
+    default:
+        return False;
+    }
+}
+
+/* The loop-carried FP recurrence of a block (see C_RECUR above): dp[t][r] is the longest path,
+ * packed (REC_PACK), from register r's value at block entry to temp t (NO_PATH: none). Returns
+ * the packed length of the longest carried path. */
 static Int recurrence(IRSB *sb) {
     Int nt = sb->tyenv->types_used;
     Int (*dp)[NREG] = VG_(malloc)("pmac.rec", (nt + 1) * sizeof *dp);
@@ -507,7 +528,7 @@ static Int recurrence(IRSB *sb) {
                     Int m = NO_PATH;
                     for (Int a = 0; a < na; a++)
                         if (args[a]->tag == Iex_RdTmp && dp[args[a]->Iex.RdTmp.tmp][q] > m) m = dp[args[a]->Iex.RdTmp.tmp][q];
-                    dp[t][q] = (m > NO_PATH && fp) ? m + 1 : m;
+                    dp[t][q] = (m > NO_PATH && fp) ? m + REC_PACK + (mul_class(op, &o) ? 1 : 0) : m;
                 }
             }
         } else if (st->tag == Ist_Put) {
@@ -737,7 +758,8 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
     if (n_insn > MAX_INSNS) n_insn = MAX_INSNS;
     InsnInfo info[MAX_INSNS];
     VG_(memset)(info, 0, sizeof(InsnInfo) * (n_insn ? n_insn : 1));
-    Int recur = analyse(sb, info, n_insn);
+    Int recur_packed = analyse(sb, info, n_insn);
+    Int recur = recur_packed / REC_PACK, recur_mul = recur_packed % REC_PACK;
 
     IRSB *out = deepCopyIRSBExceptStmts(sb);
     Int s = 0;
@@ -757,7 +779,10 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             if (!seg) seg = new_seg(fn);
             i++;
             seg->v[C_INSTR]++;
-            if (i == 0) seg->v[C_RECUR] += recur;   /* once per execution of the block */
+            if (i == 0) {                               /* once per execution of the block */
+                seg->v[C_RECUR] += recur;
+                seg->v[C_RECUR_MUL] += recur_mul;
+            }
             Addr pc = st->Ist.IMark.addr + st->Ist.IMark.delta;
             if (i < n_insn && info[i].flop) {
                 seg->v[C_FLOP] += info[i].flop;
@@ -940,7 +965,7 @@ static void pm_fini(Int exitcode) {
     } h;
     VG_(memset)(&h, 0, sizeof h);
     VG_(memcpy)(h.magic, "PMACVGS1", 8);
-    h.version = 7; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
+    h.version = 8; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
     h.fetch_threshold = (UInt)clo_fetch_threshold;
     h.pid = VG_(getpid)(); h.flags = flags;
     h.n_bursts = n_bursts; h.n_functions = n_fns; h.n_acc_words = acc_total; h.n_burst_functions = n_bf;
