@@ -68,6 +68,45 @@ def _sub(progress: Progress | None, phase: str) -> Progress:
 
 #: compute values: the median of this many best repetitions of a point (over all rounds)
 COMPUTE_BEST = 5
+#: where the compute probe's rounds run (one each, in this order, as many as it has rounds: 2
+#: quick, 4 full): spread over the node probe's ~110 s rather than back to back (~11 s). Why: a
+#: shared VM's core can run slow for a minute; the 26 Nov probe of the Xeon VM ran all its four
+#: rounds in such a spell (scalar 4.6-4.8 Gflop/s, against 6.7-6.9 in three probes around it and
+#: 1.22x its value in bench/accuracy's state checks minutes before), and predicted nbody +24-28 %
+COMPUTE_ROUND_PLACES = ("before the memory probe", "after the memory probe", "after the overlap probe",
+                        "after the fetch probe")
+#: the progress bar's span of each round (the compute phase's own span for the one after memory;
+#: the others stand still at their place, so the bar never runs back)
+_ROUND_SPAN = {"before the memory probe": (0.0, 0.0), "after the memory probe": _PHASES["compute"],
+               "after the overlap probe": (_PHASES["overlap"][1],) * 2,
+               "after the fetch probe": (_PHASES["fetch"][1],) * 2}
+
+
+class _ComputeRounds:
+    """The compute probe's rounds, run one at a time at COMPUTE_ROUND_PLACES; ``rows()`` numbers
+    the repetitions of each point across all of them (the best-of rule pools them)."""
+
+    def __init__(self, quick: bool, threshold: float, progress: Progress | None):
+        from probes import compute as pc
+        self._pc, self._quick, self._threshold, self._progress = pc, quick, threshold, progress
+        self.total = 2 if quick else 4
+        self._rows: list = []
+
+    def run(self, place: str) -> None:
+        k = COMPUTE_ROUND_PLACES.index(place)
+        if k >= self.total:
+            return
+        lo, hi = _ROUND_SPAN[place]
+
+        def report(f: float, m: str) -> None:
+            if self._progress:
+                self._progress(lo + (hi - lo) * min(max(f, 0.0), 1.0), f"{m} (round {k + 1}, {place})")
+        self._rows += self._pc.run(quick=self._quick, rounds=1, threshold=self._threshold, progress=report)
+
+    def rows(self) -> pd.DataFrame:
+        df = pd.DataFrame(self._pc.tables(self._rows))
+        df["rep"] = df.groupby(["probe", "param"]).cumcount().astype(np.int32)
+        return RAW_TABLES["compute"].coerce(df)
 
 
 def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
@@ -151,6 +190,8 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     if n_cores < 2:
         warnings.append("single core: no all-cores bandwidth curves")
     t0 = time.monotonic()
+    compute = _ComputeRounds(quick, p.threshold, progress)
+    compute.run("before the memory probe")
     bw, lat = pm.run(p, progress=_sub(progress, "memory"))
     t1 = time.monotonic()
     for r in bw:
@@ -160,11 +201,11 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     t = pm.tables(bw, lat)
     raw = {"bandwidth": RAW_TABLES["bandwidth"].coerce(pd.DataFrame(t["bandwidth"])),
            "latency": RAW_TABLES["latency"].coerce(pd.DataFrame(t["latency"]))}
-    rows = pc.run(quick=quick, progress=_sub(progress, "compute"), threshold=p.threshold)
-    raw["compute"] = RAW_TABLES["compute"].coerce(pd.DataFrame(pc.tables(rows)))
+    compute.run("after the memory probe")
     t2 = time.monotonic()
     isa = pc.isa()
-    comp = compute_model(raw["compute"], isa)
+    # the rounds so far; the node's compute model is refitted on all of them at the end
+    comp = compute_model(compute.rows(), isa)
 
     curves = curves_from_raw(raw["bandwidth"], window=p.window, rule=p.stop_rule)
     latency = latency_from_raw(raw["latency"], window=p.window, rule=p.stop_rule)
@@ -184,11 +225,14 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         n, reps = pm.measure_overlap(ws, r, p)
         rows += [dict(working_set_bytes=ws, chains=r, n_elements=n, rep=j, time_s=t) for j, t in enumerate(reps)]
     raw["overlap"] = RAW_TABLES["overlap"].coerce(pd.DataFrame(rows))
+    compute.run("after the overlap probe")
     fetch, fetch_raw, fetch_warnings, fetch_details = measure_fetch(quick=quick, progress=progress)
     warnings += fetch_warnings
     if fetch_raw is not None:
         raw["fetch"] = fetch_raw
-    node = dataclasses.replace(node, fetch=fetch)
+    compute.run("after the fetch probe")
+    raw["compute"] = compute.rows()
+    node = dataclasses.replace(node, fetch=fetch, compute=compute_model(raw["compute"], isa))
     t3 = time.monotonic()
     details = {
         "memory_probe": {**p.to_dict(), "all_cores": "numba prange threads, one per core, each on its own slice"},
@@ -198,8 +242,8 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         "os_caches": {"source": src, "levels": [dataclasses.asdict(c) for c in oc]},
         "fit_notes": list(fit.notes),
         "fetch_probe": fetch_details,
-        "phase_duration_s": {"memory": round(t1 - t0, 1), "compute": round(t2 - t1, 1),
-                             "overlap_and_fetch": round(t3 - t2, 1)},
+        "phase_duration_s": {"memory_and_compute_round_1": round(t1 - t0, 1), "compute_round_2": round(t2 - t1, 1),
+                             "overlap_and_fetch_and_compute_rounds_3_4": round(t3 - t2, 1)},
     }
     return node, raw, warnings, details
 

@@ -112,6 +112,15 @@ def test_profile_written_and_reloaded(probed):
     assert back.node.caches[0].bandwidth_1core_bytes_per_s["load_unit"] > \
         back.node.memory.bandwidth_1core_bytes_per_s["load_unit"]
     assert back.node.compute.flop_per_s_simd > 0 and back.node.compute.divsqrt_per_s > 0
+    assert back.node.compute.chain_add_s > 0 and back.node.compute.chain_mul_s > 0
+    # the compute probe's two (quick) rounds run before and after the memory probe, their
+    # repetitions numbered across both, and the model is fitted on all of them
+    from pmac.probe import compute_model
+    rounds = [m for _, m in msgs if "(round " in m]
+    assert any("round 1, before the memory probe" in m for m in rounds)
+    assert any("round 2, after the memory probe" in m for m in rounds)
+    assert all(f == 0.0 for f, m in msgs if "round 1" in m)
+    assert all(b >= a for (a, _), (b, _) in zip(msgs, msgs[1:]))     # the bar never runs back
     # the overlap model comes from the overlap probe's points, kept in the raw sidecar
     from pmac.profile import load_raw
     ov = load_raw(back, path)["overlap"]
@@ -120,6 +129,10 @@ def test_profile_written_and_reloaded(probed):
     assert back.overlap.calibrated_on and all(a.startswith("probe:") for a in back.overlap.calibrated_on)
     assert back.network is None and "network.intra_node" in back.missing()
     # the fetch probe: its repetitions in the sidecar, the L1i from sysfs, miss_s from the medians
+    cr = load_raw(back, path)["compute"]
+    for _, g in cr.groupby(["probe", "param"]):
+        assert sorted(g["rep"]) == list(range(len(g)))
+    assert compute_model(cr, back.provenance["isa"]).flop_per_s_scalar == back.node.compute.flop_per_s_scalar
     fr = load_raw(back, path)["fetch"]
     assert set(fr["pattern"]) == {"sequential", "random"} and (fr["seconds_per_line_s"] > 0).all()
     f = back.node.fetch
