@@ -182,10 +182,11 @@ def test_measured_collectives_price_calls_from_the_profile_table(tmp_path, capsy
     """stream_mpi-n2-20000 makes 2000 allreduces of 8 B; on emu-tcp (one rank per node) with
     --measured-collectives each takes the probe's measured 2-rank inter-node time, so the
     communication and waiting add up to at least 2000 of them; by algorithm alone they cost less,
-    and with the excess calibrated from that row (the default) about as much: within 10 %. The
-    traces of 26 Nov give 48.5 ms against 51.8 ms; their two ranks' bursts differ by 3.3 us a call
-    (median; 0.1 us in the 24 Nov traces, 47.9 against 48.1 ms): the algorithm's messages start as
-    each partner arrives, a measured call costs its whole row after the last arrival."""
+    and with the excess calibrated from that row (the default) as much, the ranks' bursts made
+    equal. (With the traced bursts as they are, the ranks arrive unevenly, 8 us apart a call in the
+    26 Nov traces, median: a measured call costs its whole row after the last arrival while the
+    algorithm's messages start as each partner arrives; 56.3 against 49.0 ms then.)"""
+    import dataclasses
     from pathlib import Path
 
     from pmac.profile import load_profile
@@ -193,15 +194,21 @@ def test_measured_collectives_price_calls_from_the_profile_table(tmp_path, capsy
 
     repo = Path(__file__).resolve().parents[1]
     sig = load_signature(repo / "signatures" / "stream_mpi-n2-20000")
+    ev = sig.events.copy()
+    ev["burst_s"] = ev.groupby("seq")["burst_s"].transform("mean")
+    even = dataclasses.replace(sig, events=ev)
     prof = load_profile(repo / "machines" / "emu-tcp.yaml")
     table = {(c.op, c.msg_bytes, c.n_ranks, c.placement): c.time_s for c in prof.network.collectives}
     t8 = table[("allreduce", 8, 2, "inter_node")]
-    meas = pp.predict(sig, [prof], burst_source="measured", measured_collectives=True).summary.iloc[0]
-    algo = pp.predict(sig, [prof], burst_source="measured", collective_excess=False).summary.iloc[0]
-    dflt = pp.predict(sig, [prof], burst_source="measured").summary.iloc[0]
+    meas = pp.predict(even, [prof], burst_source="measured", measured_collectives=True).summary.iloc[0]
+    algo = pp.predict(even, [prof], burst_source="measured", collective_excess=False).summary.iloc[0]
+    dflt = pp.predict(even, [prof], burst_source="measured").summary.iloc[0]
     assert meas.comm_s + meas.wait_s >= 2000 * t8 * (1 - 1e-9)
     assert algo.comm_s + algo.wait_s < 0.7 * (meas.comm_s + meas.wait_s)
-    assert dflt.comm_s + dflt.wait_s == pytest.approx(meas.comm_s + meas.wait_s, rel=0.10)
+    assert dflt.comm_s + dflt.wait_s == pytest.approx(meas.comm_s + meas.wait_s, rel=0.01)
+    # the CLI gives the library's figures (the signature as shipped)
+    meas = pp.predict(sig, [prof], burst_source="measured", measured_collectives=True).summary.iloc[0]
+    algo = pp.predict(sig, [prof], burst_source="measured", collective_excess=False).summary.iloc[0]
     assert main(["predict", str(repo / "signatures" / "stream_mpi-n2-20000"), str(repo / "machines" / "emu-tcp.yaml"),
                  "--bursts", "measured", "--measured-collectives", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["predictions"][0]["summary"][0]
