@@ -59,14 +59,15 @@ at least the chain's latency: ``t_chain = (fp_recurrence - fp_recurrence_mul) * 
 fp_recurrence_mul * chain_mul_s``, the adds and the multiply-class operations (multiplies, FMAs,
 divides, square roots; pmac_vg counts them on the chain, signature version 7) each at the latency
 the compute probe's ``chain`` kernels measure (profile schema 9). So ``t_flop = max(t_flop,
-t_chain)``. Why two prices: an add's latency and an FMA's differ by core (this project's Xeon, 26
-Nov: 0.72-0.86 ns an add, 1.35-1.39 ns an FMA; Zen 3: 3 and 4 cycles), and an application's chains
-are one or the other: cg_mpi4py's numba dot products add (no contraction without fastmath),
-stencil2d's ``local += d * d`` is an FMA (gcc contracts at -O2). A signature without the split
-(before version 7), or a profile without the chain probe, prices every chain operation at
-``t_chain_op = 1 / dependency_flop_per_s`` at the dependency probe's shortest distance (a chain
-that alternates a multiply and an add: the mean of the two latencies). Why: cg_mpi4py's dot products (numba, no
-fastmath) are such chains, and ran 2x slower than the flop count at the throughput rate says.
+t_chain)``. Why two prices: an add's latency and an FMA's differ by core (``pmac show
+machines/xeon-vm.yaml``: 0.67 ns an add, 1.35 ns a multiply-add, against 1.18 ns an operation of
+the dependency probe's chain; Zen 3: 3 and 4 cycles), and an application's chains are one or the
+other: cg_mpi4py's numba dot products add (no contraction without fastmath), stencil2d's
+``local += d * d`` is an FMA (gcc contracts at -O2). A signature without the split (before version
+7), or a profile without the chain probe, prices every chain operation at ``t_chain_op = 1 /
+dependency_flop_per_s`` at the dependency probe's shortest distance (a chain that alternates a
+multiply and an add: the mean of the two latencies). Why chains at all: cg_mpi4py's dot products
+(numba, no fastmath) ran 2x slower than the flop count at the throughput rate says.
 Signatures before version 3 (-1, not counted) and profiles without the dependency probe skip it.
 **Instruction fetch.** A burst's ``fetches`` (pmac_vg: entries into a 32-byte chunk of code) have
 their own reuse histogram (access kind 2, signature version 6); those beyond the profile's L1
@@ -480,7 +481,7 @@ def _segment_curve(out, x, y0, xs, iw, dy, p):
 
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
 def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, recur, recur_mul, branches, dep,
-            bmiss, cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, t_ch, t_chm,
+            bmiss, cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, t_add, t_mul,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail, fetches, fetch_cum, f_line, f_edge, f_frac, f_miss, has_fetch):
     """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
@@ -605,12 +606,12 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
             else:
                 for j in range(m):
                     tf[j] = fsb[j] * ifs + fvb[j] * ifv
-            tch = t_ch[p]
-            tchm = t_chm[p]
-            if tch > 0.0 or tchm > 0.0:
+            ta = t_add[p]
+            tmul = t_mul[p]
+            if ta > 0.0 or tmul > 0.0:
                 # loop-carried chains: no core overlaps their operations (adds, multiply-class)
                 for j in range(m):
-                    tf[j] = max(tf[j], (rec[j] - recm[j]) * tch + recm[j] * tchm)
+                    tf[j] = max(tf[j], (rec[j] - recm[j]) * ta + recm[j] * tmul)
             if has_fetch and f_miss[p] > 0.0:
                 # instruction-cache misses stall the front end like mispredicted branches
                 fl, fe, ff, fm = f_line[p], f_edge[p], f_frac[p], f_miss[p]
