@@ -43,7 +43,9 @@ probe kernels show it: ``flop_scalar`` (8 dependent multiply-adds per element, d
 about 1) runs at the full scalar rate, not at the distance-1 rate of the dependency probe (6x
 lower on devbox). With the slowdown on, every shipped example was over-predicted 2-9x
 (``bench/accuracy --dependency``). Until the tracer separates loop-carried recurrences, the
-dependency probe is kept in the profile but not applied. ``t_branch = branches * branch_cost_s(branch_miss_frac)`` interpolated on the branch probe.
+dependency probe is kept in the profile but not applied. Branches: ``branch_cost_s(branch_miss_frac)``
+interpolated on the branch probe; its value at no miss, ``c0``, is the loop work a predicted branch
+comes with, the rest a misprediction's stall.
 The scalar share of the flop follows from the instruction counts by width (lanes of doubles).
 Divides and square roots (the burst's ``fp_divsqrt`` operations, part of its flop) run on a
 divider that is not fully pipelined, beside the other arithmetic: where the profile has the
@@ -88,7 +90,16 @@ count 2,427 and 2,473 misses an iteration in those bursts (bench/frontend_check,
 the cache is taken fully associative. What it does not capture: misses behind mispredicted
 indirect jumps, which cost more than the probe's predictable direct ones. Signatures before
 version 6 and profiles without ``node.fetch`` skip it.
-``t_compute = t_flop + t_branch + t_fetch``.
+``t_compute = max(t_div, t_flop' + branches * c0) + branches * (branch_cost_s(miss) - c0) +
+t_fetch``, ``t_div`` the divider's time and ``t_flop'`` the other flop's (with the chain bound):
+a predicted branch and the loop work around it run beside the divider as the other flop does,
+mispredictions and fetch misses stall everything. Why: the divider probe's own kernel (per element
+two divider operations, a multiply, an add and a predicted branch) was priced one predicted branch
+dearer than the probe measured it with the sum ``max(t_div, t_flop') + branches * cost`` (+15 % on
+the Xeon of 26 Nov), and so was nbody; on the day's four accuracy runs (``bench/accuracy --measured
+FILE --machine DIR/xeon-vm.yaml``) nbody moved from +12..+28 % to -13..+16 %, the mean absolute
+error from 10.1 / 12.1 / 8.9 / 9.6 % to 10.0 / 8.9 / 8.0 / 6.8 %. Without divides it is the sum it
+was.
 
 **Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
 perfect overlap, ``beta = 1`` none. ``beta`` belongs to the machine (pmac.overlap calibrates it).
@@ -547,6 +558,7 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
         mvs = np.empty(m)
         slow = np.empty(m)
         cost = np.empty(m)
+        tdv = np.empty(m)
         for p in range(n_p):
             if n_l > 0:
                 k0 = lev_k[0, p]
@@ -598,33 +610,39 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
             idv = inv_dv[p]
             bet = beta[p]
             if idv > 0.0:
-                # divides/square roots on the divider, beside the other flop (scalar ones first)
+                # divides/square roots on the divider (scalar ones first); the other flop apart
                 for j in range(m):
                     d = min(dsq[j], fsb[j] + fvb[j])
                     dv = max(d - fsb[j], 0.0)
-                    tf[j] = max((fsb[j] - (d - dv)) * ifs + (fvb[j] - dv) * ifv, d * idv)
+                    tf[j] = (fsb[j] - (d - dv)) * ifs + (fvb[j] - dv) * ifv
+                    tdv[j] = d * idv
             else:
                 for j in range(m):
                     tf[j] = fsb[j] * ifs + fvb[j] * ifv
+                    tdv[j] = 0.0
             ta = t_add[p]
             tmul = t_mul[p]
             if ta > 0.0 or tmul > 0.0:
                 # loop-carried chains: no core overlaps their operations (adds, multiply-class)
                 for j in range(m):
                     tf[j] = max(tf[j], (rec[j] - recm[j]) * ta + recm[j] * tmul)
+            # a branch's price beyond a predicted one's (mispredictions) stalls everything; the
+            # predicted branch's own price is loop work, which runs beside the divider as the
+            # other flop does
+            c_0 = br_yv[0, p] if n_kn >= 2 else br_y0[p]
+            for j in range(m):
+                sl = slow[j] if x_dep[j] > 0.0 else 1.0
+                tf[j] = max(tdv[j], tf[j] * sl + brb[j] * c_0)
+                cost[j] = brb[j] * max(cost[j] - c_0, 0.0)
             if has_fetch and f_miss[p] > 0.0:
                 # instruction-cache misses stall the front end like mispredicted branches
                 fl, fe, ff, fm = f_line[p], f_edge[p], f_frac[p], f_miss[p]
                 for j in range(m):
                     c0 = fetch_cum[fl, b0 + j, fe]
                     hit = c0 + ff * (fetch_cum[fl, b0 + j, fe + 1] - c0)
-                    cost[j] = brb[j] * cost[j] + fetches[b0 + j] * (1.0 - hit) * fm
-            else:
-                for j in range(m):
-                    cost[j] = brb[j] * cost[j]
+                    cost[j] = cost[j] + fetches[b0 + j] * (1.0 - hit) * fm
             for j in range(m):
-                sl = slow[j] if x_dep[j] > 0.0 else 1.0
-                tc = tf[j] * sl + cost[j]
+                tc = tf[j] + cost[j]
                 t_m = tm[j]
                 out_t[p, b0 + j] = max(t_m, tc) + bet * min(t_m, tc)
                 if detail:

@@ -215,6 +215,30 @@ def test_divides_run_on_the_divider_beside_the_other_flop():
     assert convolve(base, [slow_div]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)
 
 
+def test_predicted_branches_run_beside_the_divider():
+    """compute = max(divider, other flop + branches * cost(0)) + branches * (cost(miss) - cost(0)):
+    a predicted branch is loop work beside the divider; its mispredictions stall everything. The
+    divider probe's own kernel (s += 1 / (v * sqrt(v)): per element two divider operations, a
+    multiply and an add, one branch) is priced at the probe's rate; the sum that came before
+    priced it a predicted branch dearer (+15 % on the Xeon of 26 Nov, and nbody with it)."""
+    m = machine_coeffs(two_level_profile())
+    m = dataclasses.replace(m, divsqrt_per_s=m.flop_per_s_scalar / 20)
+    c0, c1 = m.branch_cost_s[0], m.branch_cost_s[-1]      # at miss fraction 0 and 0.5
+    rs, rd = m.flop_per_s_scalar, m.divsqrt_per_s
+    n = 1000
+    probe = one_burst({10: 100}, load_bytes=8 * n, fp_scalar=4 * n, flop=4.0 * n, fp_divsqrt=2 * n, branches=n,
+                      branch_miss_frac=0.0)
+    assert 2 * n / rd > 2 * n / rs + n * c0           # divider-bound, as on every core we know
+    assert convolve(probe, [m]).compute_s[0, 0] == pytest.approx(2 * n / rd, rel=1e-12)
+    # mispredicted: their extra price adds whatever the divider does
+    missed = one_burst({10: 100}, load_bytes=8 * n, fp_scalar=4 * n, flop=4.0 * n, fp_divsqrt=2 * n, branches=n,
+                       branch_miss_frac=0.5)
+    assert convolve(missed, [m]).compute_s[0, 0] == pytest.approx(2 * n / rd + n * (c1 - c0), rel=1e-12)
+    # without divides, flop and branches add up as before
+    plain = one_burst({10: 100}, load_bytes=8 * n, fp_scalar=4 * n, flop=4.0 * n, branches=n, branch_miss_frac=0.5)
+    assert convolve(plain, [m]).compute_s[0, 0] == pytest.approx(4 * n / rs + n * c1, rel=1e-12)
+
+
 def test_loop_carried_chains_bound_the_flop_time():
     """t_flop = max(t_flop, fp_recurrence * t_chain_op), t_chain_op = 1 / the dependency probe's
     rate at its shortest distance; not counted (-1, older signatures) changes nothing."""
