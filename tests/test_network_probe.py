@@ -55,10 +55,16 @@ def test_quick_probe_gives_a_sane_link(quick_run):
 
 @pytest.mark.requires("mpi")
 def test_the_network_is_measured_at_both_thread_levels(quick_run):
-    """MPICH gives up its shared-memory collectives at MPI_THREAD_MULTIPLE (mpi4py's default):
-    the probe measures the network at each level, and each calibrated network replays the probe's
-    own 2-rank collective loop at the time measured at its level (a negative excess, a call cheaper
-    than its messages, through the measured table)."""
+    """The probe measures the network at each MPI thread level (MPICH gives up its shared-memory
+    collectives at MPI_THREAD_MULTIPLE, mpi4py's default), records which, and each calibrated
+    network replays the probe's own 2-rank collective loop at the time measured at its level (a
+    negative excess, a call cheaper than its messages, through the measured table).
+
+    How much cheaper the single level's calls are is the machine's, not pmac's, and is not asserted
+    here: the 2-rank 8 B allreduce, single over multiple, was 0.13 on the Zen 3 VM (24 Nov) and
+    0.22-0.82 in seven full probes of the Xeon VM on 26 Nov, and 1.47 in one quick probe of a CI
+    run there (its single-level rows measured in a slow spell); bench/collective_check times both
+    levels from C."""
     from pmac.calibrate_collectives import excess_table, replayed_s
     from pmac.replay import ReplayOptions
 
@@ -73,8 +79,7 @@ def test_the_network_is_measured_at_both_thread_levels(quick_run):
 
     single, multiple = row(model, "allreduce", 8), row(variants[0], "allreduce", 8)
     print(f"2-rank 8 B allreduce: single {single.time_s * 1e6:.2f} us, multiple {multiple.time_s * 1e6:.2f} us")
-    if "MPICH" in model.mpi_library:   # devbox, 24 Nov 2026: 0.25 against 1.98 us
-        assert single.time_s < 0.6 * multiple.time_s
+    assert single.time_s > 0 and multiple.time_s > 0
     for net in (model, variants[0]):
         t = excess_table(net)
         t = t[t.placement == "intra_node"]
