@@ -252,7 +252,9 @@ def test_bench_collective_check_sets_c_times_beside_the_profile_at_each_thread_l
     (barrier; bcast and allreduce of 8 B .. 4 KiB) gets a positive C time at each thread level,
     beside the row of the profile's network of that level; profile/C is the quotient of the printed
     columns. MPICH's calls are dearer at MPI_THREAD_MULTIPLE (devbox: allreduce 8 B 0.29 against
-    1.72 us): checked loosely, on the median over the calls."""
+    1.72 us): checked loosely, on the median over the calls of multiple / single, above 1.2 (both
+    levels alike would give about 1; the Zen 3 VM gave about 6, the Xeon VM of 26 Nov 1.38 in a CI
+    run, where the bound of 1.5 set on the Zen 3 failed)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -275,7 +277,7 @@ def test_bench_collective_check_sets_c_times_beside_the_profile_at_each_thread_l
 
     if find_mpi().flavour == "mpich":
         quot = [c_at[("multiple", op, b)] / c_at[("single", op, b)] for op, b in calls]
-        assert np.median(quot) > 1.5, r.stdout
+        assert np.median(quot) > 1.2, r.stdout
     bad = subprocess.run([sys.executable, str(repo / "bench" / "collective_check"), "--machine", "/nonexistent.yaml"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "nonexistent.yaml" in bad.stderr and "Traceback" not in bad.stderr
