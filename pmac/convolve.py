@@ -49,8 +49,8 @@ comes with, the rest a misprediction's stall.
 The scalar share of the flop follows from the instruction counts by width (lanes of doubles).
 Divides and square roots (the burst's ``fp_divsqrt`` operations, part of its flop) run on a
 divider that is not fully pipelined, beside the other arithmetic: where the profile has the
-divider's rate (``divsqrt_per_s``, probes/compute.py) the flop time is
-``max(t_other_flop, divsqrt / divsqrt_per_s)``, the other flop priced as above. Why: nbody
+divider's rate (``divsqrt_per_s``, probes/compute.py) its time ``t_div = divsqrt / divsqrt_per_s``
+runs beside the other flop, priced as above, and the loop work (``t_compute`` below). Why: nbody
 (one divide and one square root per interaction) runs at the divider's rate, 1.6x slower than
 its flop count at the probed flop rate says. Vector divides are priced at the scalar rate (no
 packed-divide rate is probed: numba and gcc without ``-ffast-math`` keep these divides scalar).
@@ -629,7 +629,7 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
             # a branch's price beyond a predicted one's (mispredictions) stalls everything; the
             # predicted branch's own price is loop work, which runs beside the divider as the
             # other flop does
-            c_0 = br_yv[0, p] if n_kn >= 2 else br_y0[p]
+            c_0 = br_y0[p]
             for j in range(m):
                 sl = slow[j] if x_dep[j] > 0.0 else 1.0
                 tf[j] = max(tdv[j], tf[j] * sl + brb[j] * c_0)

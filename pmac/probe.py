@@ -204,8 +204,6 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     compute.run("after the memory probe")
     t2 = time.monotonic()
     isa = pc.isa()
-    # the rounds so far; the node's compute model is refitted on all of them at the end
-    comp = compute_model(compute.rows(), isa)
 
     curves = curves_from_raw(raw["bandwidth"], window=p.window, rule=p.stop_rule)
     latency = latency_from_raw(raw["latency"], window=p.window, rule=p.stop_rule)
@@ -213,8 +211,6 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     fit = fit_node(curves, latency, n_cores=n_cores, os_view=oc, os_source=src)
     if not oc:
         warnings.append("no cache information from the OS (sysfs, lscpu): cache geometry from the measured plateaus only")
-    node = NodeModel(cpu_model=cpu_model(), n_cores=n_cores, caches=fit.caches, memory=fit.memory,
-                     compute=comp, bandwidth_curves=tuple(curves), latency_curve=latency)
     # the overlap probe: one working set per level, memory- to compute-bound (pmac.overlap)
     rows = []
     sizes = pm.overlap_working_sets([c.size_bytes for c in fit.caches])
@@ -232,7 +228,10 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         raw["fetch"] = fetch_raw
     compute.run("after the fetch probe")
     raw["compute"] = compute.rows()
-    node = dataclasses.replace(node, fetch=fetch, compute=compute_model(raw["compute"], isa))
+    # the node once every compute round has run (the model is fitted on all of them)
+    node = NodeModel(cpu_model=cpu_model(), n_cores=n_cores, caches=fit.caches, memory=fit.memory,
+                     compute=compute_model(raw["compute"], isa), bandwidth_curves=tuple(curves),
+                     latency_curve=latency, fetch=fetch)
     t3 = time.monotonic()
     details = {
         "memory_probe": {**p.to_dict(), "all_cores": "numba prange threads, one per core, each on its own slice"},
@@ -346,7 +345,7 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
         warnings.append(f"overlap model not calibrated: {exc}")
     import numba
     prov = provenance(command=command, parameters={"quick": quick, "memory": details.pop("memory_probe")},
-                      cpu_model=node.cpu_model, n_cores=node.n_cores, mpi_library=mpi_lib,
+                      n_cores=node.n_cores, mpi_library=mpi_lib,
                       numba_version=numba.__version__, duration_s=round(time.monotonic() - t0, 1),
                       warnings=warnings, **details)
     profile = MachineProfile(name=name, description=f"probed on {prov['host']} ({node.cpu_model})",

@@ -140,10 +140,7 @@ def _chain_muladd(x, reps, c):
 @functools.lru_cache(maxsize=None)
 def chain_ops_per_iteration() -> int:
     """Operations per iteration of ``_chain_muladd`` as compiled: 1 (an FMA), 2 (multiply, add)."""
-    fresh = njit(fastmath={"contract"})(_chain_muladd.py_func)
-    x = np.ones(8)
-    fresh(x, 1, 0.5)
-    return 1 if "vfmadd" in fresh.inspect_asm(fresh.signatures[0]) else 2
+    return 1 if "vfmadd" in compiled_asm(_chain_muladd, np.ones(8), 1, 0.5) else 2
 
 
 DEP_DISTANCES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -169,15 +166,20 @@ def _branchy(r, reps, out):
     return k
 
 
-def simd_width_bits(fn, *args) -> int:
-    """The widest register the compiled kernel's packed-double arithmetic uses (zmm 512, ymm
-    256, xmm 128; 64 when it is all scalar ``sd``). Cached code cannot be inspected, so this
-    compiles a private uncached copy with the same options and inspects that."""
-    import re
+def compiled_asm(fn, *args) -> str:
+    """The assembly of kernel ``fn`` as compiled for ``args``. Cached code cannot be inspected, so
+    this compiles a private uncached copy with the same options and inspects that."""
     opts = {k: v for k, v in fn.targetoptions.items() if k in ("fastmath", "boundscheck", "parallel")}
     fresh = njit(**opts)(fn.py_func)
     fresh(*args)
-    asm = fresh.inspect_asm(fresh.signatures[0])
+    return fresh.inspect_asm(fresh.signatures[0])
+
+
+def simd_width_bits(fn, *args) -> int:
+    """The widest register the compiled kernel's packed-double arithmetic uses (zmm 512, ymm
+    256, xmm 128; 64 when it is all scalar ``sd``)."""
+    import re
+    asm = compiled_asm(fn, *args)
     widths = [64]
     for m in re.finditer(r"\tv(?:mul|add|sub|div|sqrt|fmadd\d*|fmsub\d*|fnmadd\d*)pd\t([^\n]*)", asm):
         ops = m.group(1)
