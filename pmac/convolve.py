@@ -628,21 +628,21 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
                     tf[j] = max(tf[j], (rec[j] - recm[j]) * ta + recm[j] * tmul)
             # a branch's price beyond a predicted one's (mispredictions) stalls everything; the
             # predicted branch's own price is loop work, which runs beside the divider as the
-            # other flop does
+            # other flop does (the final loop)
             c_0 = br_y0[p]
-            for j in range(m):
-                sl = slow[j] if x_dep[j] > 0.0 else 1.0
-                tf[j] = max(tdv[j], tf[j] * sl + brb[j] * c_0)
-                cost[j] = brb[j] * max(cost[j] - c_0, 0.0)
             if has_fetch and f_miss[p] > 0.0:
                 # instruction-cache misses stall the front end like mispredicted branches
                 fl, fe, ff, fm = f_line[p], f_edge[p], f_frac[p], f_miss[p]
                 for j in range(m):
                     c0 = fetch_cum[fl, b0 + j, fe]
                     hit = c0 + ff * (fetch_cum[fl, b0 + j, fe + 1] - c0)
-                    cost[j] = cost[j] + fetches[b0 + j] * (1.0 - hit) * fm
+                    cost[j] = brb[j] * max(cost[j] - c_0, 0.0) + fetches[b0 + j] * (1.0 - hit) * fm
+            else:
+                for j in range(m):
+                    cost[j] = brb[j] * max(cost[j] - c_0, 0.0)
             for j in range(m):
-                tc = tf[j] + cost[j]
+                sl = slow[j] if x_dep[j] > 0.0 else 1.0
+                tc = max(tdv[j], tf[j] * sl + brb[j] * c_0) + cost[j]
                 t_m = tm[j]
                 out_t[p, b0 + j] = max(t_m, tc) + bet * min(t_m, tc)
                 if detail:
