@@ -287,3 +287,28 @@ def test_bench_accuracy_warns_when_the_traced_bursts_miss_the_runs():
     msg = warn(df)
     assert msg.startswith("warning: the signatures' traced bursts replay 54.3 % off these runs (mean absolute; "
                           "c +149.0 %)") and "python bench/make_signatures" in msg
+
+
+def test_bench_accuracy_reports_the_measured_medians_interval(tmp_path):
+    """bench/accuracy --measured FILE --csv: per case the measured median's 90 % interval
+    (pmac.validate.median_ci: x_(4) and x_(12) of 15 runs) relative to the median, and the
+    prediction against it. Runs 10..150 ms: median 80 ms, interval 40..120 ms (-50 / +50 %)."""
+    import json
+
+    import pandas as pd
+
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps({"nbody-n2-4096": [0.01 * k for k in (15, 1, 14, 2, 13, 3, 12, 4, 11, 5, 10, 6, 9, 7, 8)]}))
+    csv = tmp_path / "acc.csv"
+    r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), "--measured", str(runs), "--machine",
+                        str(EX.parent / "machines" / "xeon-vm.yaml"), "--only", "nbody-n2-4096", "--csv", str(csv)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = pd.read_csv(csv).iloc[0]
+    assert row["measured_s"] == pytest.approx(0.08) and row["ci_coverage"] == pytest.approx(1 - 2 * 576 / 32768)
+    assert (row["measured_lo_s"], row["measured_hi_s"]) == pytest.approx((0.04, 0.12))
+    assert (row["ci_lo_pct"], row["ci_hi_pct"]) == pytest.approx((-50.0, 50.0))
+    pred = row["predicted_s"]
+    inside = 0.04 <= pred <= 0.12
+    assert row["error_vs_ci_pct"] == pytest.approx(0.0 if inside else 100 * (pred - 0.04) / 0.04)
+    assert "within_15pct_of_ci_frac" in r.stdout and "coverage 96.5% or more" in r.stdout

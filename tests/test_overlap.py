@@ -6,7 +6,7 @@ import pytest
 
 from pmac.errors import InputError
 from pmac.overlap import calibrate, fit_beta, leave_one_out, samples_from_signature
-from pmac.validate import error_table
+from pmac.validate import case_errors, error_table
 from synth import memory_tables, pingpong_signature, two_level_profile
 
 
@@ -70,6 +70,39 @@ def test_error_table_numbers():
     assert t.loc["all", "max_abs_error_pct"] == pytest.approx(20.0)
     with pytest.raises(InputError, match="measured_s"):
         error_table(pd.DataFrame(dict(predicted_s=[1.0])))
+
+
+def test_median_ci_is_the_binomial_order_statistic_interval():
+    """pmac.validate.median_ci by hand: 15 values at 90 %: P(B <= 3) = (1 + 15 + 105 + 455) / 2^15 =
+    576 / 32768, so x_(4)..x_(12) covers 1 - 2 * 576 / 32768 = 96.48 %; the next pair (x_(5), x_(11))
+    would cover 1 - 2 * 1941 / 32768 = 88.2 % < 90 %. Order of the input does not matter; too few
+    values give the whole range with its own (lower) coverage."""
+    from pmac.validate import median_ci
+
+    rng = np.random.default_rng(5)
+    x = np.arange(1.0, 16.0) ** 2
+    lo, hi, cov = median_ci(rng.permutation(x), 0.9)
+    assert (lo, hi) == (16.0, 144.0) and cov == pytest.approx(1 - 2 * 576 / 32768, rel=1e-15)
+    lo, hi, cov = median_ci(x, 0.85)           # 88.2 % >= 85 %: one pair further in
+    assert (lo, hi) == (25.0, 121.0) and cov == pytest.approx(1 - 2 * 1941 / 32768, rel=1e-15)
+    assert median_ci([3.0, 1.0, 2.0, 4.0], 0.9) == (1.0, 4.0, 0.875)
+    with pytest.raises(InputError, match="no values"):
+        median_ci([])
+
+
+def test_error_against_the_median_interval():
+    """error_vs_ci_pct: 0 inside the measured median's interval, else against its nearest end;
+    error_table counts cases within 15 % of it beside the plain within-15 % share."""
+    df = pd.DataFrame(dict(app=["x", "x", "y"], measured_s=[1.0, 1.0, 1.0], measured_lo_s=[0.9, 0.9, 0.95],
+                           measured_hi_s=[1.2, 1.2, 1.05], predicted_s=[1.1, 1.5, 0.76]))
+    e = case_errors(df)
+    assert e["error_vs_ci_pct"].tolist() == pytest.approx([0.0, 25.0, -20.0])
+    assert e["error_pct"].tolist() == pytest.approx([10.0, 50.0, -24.0])
+    t = error_table(df, by="app").set_index("group")
+    assert t.loc["all", "within_15pct_frac"] == pytest.approx(1 / 3)
+    assert t.loc["all", "within_15pct_of_ci_frac"] == pytest.approx(1 / 3)
+    assert t.loc["x", "within_15pct_of_ci_frac"] == pytest.approx(0.5)
+    assert "within_15pct_of_ci_frac" not in error_table(df.drop(columns=["measured_lo_s"])).columns
 
 
 def test_overlap_probe_samples_by_hand():
