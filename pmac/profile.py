@@ -548,6 +548,37 @@ def save_profile(profile: MachineProfile, path: str | Path) -> None:
     save_document(path, KIND, to_dict(profile))
 
 
+def not_this_machine(profile: MachineProfile) -> str | None:
+    """Why ``profile`` does not describe the machine this process runs on, or None when it does:
+    probed on this host (name) with this CPU (pmac.schema.cpu_model). What compares a profile's
+    predictions with runs measured here needs it (a VM keeps its name on other hardware)."""
+    import socket
+
+    from .schema import cpu_model
+
+    host = profile.provenance.get("host")
+    cpu = profile.node.cpu_model if profile.node else profile.provenance.get("cpu_model")
+    here_host, here_cpu = socket.gethostname(), cpu_model()
+    if host != here_host:
+        return f"probed on host {host!r}, this is {here_host!r}"
+    if cpu != here_cpu:
+        return f"probed on CPU {cpu!r}, this machine has {here_cpu!r}"
+    return None
+
+
+def this_machines_profile(directory: str | Path) -> Path | None:
+    """The first profile (by file name) in ``directory`` that describes this machine
+    (:func:`not_this_machine`); None when none does. Unreadable files are skipped."""
+    for path in sorted(Path(directory).glob("*.yaml")):
+        try:
+            prof = load_profile(path)
+        except InputError:
+            continue
+        if not_this_machine(prof) is None:
+            return path
+    return None
+
+
 def raw_path(profile: MachineProfile, yaml_path: str | Path) -> Path | None:
     if profile.raw_file is None:
         return None

@@ -39,3 +39,39 @@ def test_probed_devbox_is_complete():
     l1 = node.caches[0].bandwidth_1core_bytes_per_s["load_unit"]
     assert l1 > node.memory.bandwidth_1core_bytes_per_s["load_unit"]
     assert node.memory.latency_s > node.caches[0].latency_s > 0
+
+
+def test_a_profile_describes_this_machine_by_host_and_cpu(tmp_path, monkeypatch):
+    """pmac.profile.not_this_machine: the host name and the CPU (pmac.schema.cpu_model) must both
+    match; this_machines_profile picks the first such file of a directory, skipping unreadable
+    ones; bench/accuracy refuses to compare another machine's profile with runs measured here."""
+    import dataclasses
+    import socket
+    import subprocess
+    import sys
+
+    from pmac.profile import not_this_machine, save_profile, this_machines_profile
+    from pmac.schema import cpu_model
+
+    base = load_profile(MACHINES[0])
+    here = dataclasses.replace(base, name="here", raw_file=None, raw_sha256=None,
+                               provenance={**base.provenance, "host": socket.gethostname(), "cpu_model": cpu_model()},
+                               node=dataclasses.replace(base.node, cpu_model=cpu_model()))
+    assert not_this_machine(here) is None
+    other_cpu = dataclasses.replace(here, name="b-other", node=dataclasses.replace(here.node, cpu_model="Some CPU"))
+    assert not_this_machine(other_cpu) == f"probed on CPU 'Some CPU', this machine has {cpu_model()!r}"
+    other_host = dataclasses.replace(here, name="a-other", provenance={**here.provenance, "host": "elsewhere"})
+    assert not_this_machine(other_host) == f"probed on host 'elsewhere', this is {socket.gethostname()!r}"
+    (tmp_path / "0-broken.yaml").write_text("kind: [")
+    for prof in (other_host, other_cpu, here):
+        save_profile(prof, tmp_path / f"{prof.name}.yaml")
+    assert this_machines_profile(tmp_path) == tmp_path / "here.yaml"
+    (tmp_path / "here.yaml").unlink()
+    assert this_machines_profile(tmp_path) is None
+    bench = Path(__file__).resolve().parents[1] / "bench" / "accuracy"
+    r = subprocess.run([sys.executable, str(bench), "--machine", str(tmp_path / "a-other.yaml")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"accuracy: {tmp_path / 'a-other.yaml'} does not describe this machine (probed on host 'elsewhere', this is "
+        f"{socket.gethostname()!r}): its predictions cannot be compared with runs measured here (--probe-now DIR "
+        "probes this one)")
