@@ -90,8 +90,9 @@ count 2,427 and 2,473 misses an iteration in those bursts (bench/frontend_check,
 the cache is taken fully associative. What it does not capture: misses behind mispredicted
 indirect jumps, which cost more than the probe's predictable direct ones. Signatures before
 version 6 and profiles without ``node.fetch`` skip it.
-``t_compute = max(t_div, t_flop' + branches * c0) + branches * (branch_cost_s(miss) - c0) +
-t_fetch``, ``t_div`` the divider's time and ``t_flop'`` the other flop's (with the chain bound):
+``t_compute = max(t_div, t_other) + divider_beta * min(t_div, t_other) + branches *
+(branch_cost_s(miss) - c0) + t_fetch`` with ``t_other = t_flop' + branches * c0``, ``t_div`` the
+divider's time and ``t_flop'`` the other flop's (with the chain bound):
 a predicted branch and the loop work around it run beside the divider as the other flop does,
 mispredictions and fetch misses stall everything. Why: the divider probe's own kernel (per element
 two divider operations, a multiply, an add and a predicted branch) was priced one predicted branch
@@ -99,7 +100,14 @@ dearer than the probe measured it with the sum ``max(t_div, t_flop') + branches 
 the Xeon of 26 Nov), and so was nbody; on the day's four accuracy runs (``bench/accuracy --measured
 FILE --machine DIR/xeon-vm.yaml``) nbody moved from +12..+28 % to -13..+16 %, the mean absolute
 error from 10.1 / 12.1 / 8.9 / 9.6 % to 10.0 / 8.9 / 8.0 / 6.8 %. Without divides it is the sum it
-was.
+was. ``divider_beta`` (profile schema 10, ``node.compute.divider_beta``; 0 for older profiles) is
+how far the two sides fail to overlap, measured by the compute probe's ``divmix`` kernels (the
+divider kernel's work beside 2 to 12 independent multiply-adds an element, pmac.probe.divider_beta):
+a core whose divider shares issue ports with the multipliers runs such a mix above the max. On the
+Xeon VM (26 Nov 2026) two probes measured 0: the kernels ran at the divider's time up to 8 terms
+and below their other work's price at 12 (independent scalar flop outrun the flop_scalar probe's
+rate, whose 8-step chains are partly latency-bound), so nbody's -8..-14 % in that day's accuracy
+runs is not this.
 
 **Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
 perfect overlap, ``beta = 1`` none. ``beta`` belongs to the machine (pmac.overlap calibrates it).
@@ -354,6 +362,8 @@ class MachineCoeffs:
     #: probed, such operations at ``chain_op_s``
     chain_add_s: float | None = None
     chain_mul_s: float | None = None
+    #: divider against the other work: ``max(t_div, t_other) + divider_beta * min(t_div, t_other)``
+    divider_beta: float = 0.0
     #: the L1 instruction cache in lines of ``l1i_line_bytes``, and the price of a miss in it;
     #: None: no instruction-cache term (the profile has no ``node.fetch``)
     l1i_capacity_lines: float = 0.0
@@ -470,7 +480,8 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         flop_per_s_scalar=comp.flop_per_s_scalar, flop_per_s_simd=comp.flop_per_s_simd,
         dep_distance=dep_x, dep_slowdown_ratio=dep_y, branch_miss_frac=br_x, branch_cost_s=br_y,
         divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, chain_add_s=comp.chain_add_s,
-        chain_mul_s=comp.chain_mul_s, l1i_capacity_lines=l1i_lines, l1i_line_bytes=l1i_line,
+        chain_mul_s=comp.chain_mul_s, divider_beta=float(comp.divider_beta or 0.0),
+        l1i_capacity_lines=l1i_lines, l1i_line_bytes=l1i_line,
         fetch_miss_s=fetch_miss, beta=float(beta), active_cores=active, notes=tuple(notes))
 
 
@@ -492,7 +503,7 @@ def _segment_curve(out, x, y0, xs, iw, dy, p):
 
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
 def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, recur, recur_mul, branches, dep,
-            bmiss, cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, t_add, t_mul,
+            bmiss, cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, dv_beta, t_add, t_mul,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail, fetches, fetch_cum, f_line, f_edge, f_frac, f_miss, has_fetch):
     """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
@@ -608,6 +619,7 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
             ifs = inv_fs[p]
             ifv = inv_fv[p]
             idv = inv_dv[p]
+            dvb = dv_beta[p]
             bet = beta[p]
             if idv > 0.0:
                 # divides/square roots on the divider (scalar ones first); the other flop apart
@@ -642,7 +654,8 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
                     cost[j] = brb[j] * max(cost[j] - c_0, 0.0)
             for j in range(m):
                 sl = slow[j] if x_dep[j] > 0.0 else 1.0
-                tc = max(tdv[j], tf[j] * sl + brb[j] * c_0) + cost[j]
+                to = tf[j] * sl + brb[j] * c_0
+                tc = max(tdv[j], to) + dvb * min(tdv[j], to) + cost[j]
                 t_m = tm[j]
                 out_t[p, b0 + j] = max(t_m, tc) + bet * min(t_m, tc)
                 if detail:
@@ -690,7 +703,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
     n_r = max([len(m.branch_miss_frac) - 1 for m in machines] + [0])
     points: dict[tuple[int, int, float], int] = {(0, 0, 0.0): 0}
     a = dict(lev_k=np.zeros((n_l, n_p), np.int64), line_b=np.zeros((n_l + 1, n_p)), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
-             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), inv_dv=np.zeros(n_p), t_ch=np.zeros(n_p),
+             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), inv_dv=np.zeros(n_p), dv_beta=np.zeros(n_p), t_ch=np.zeros(n_p),
              t_cha=np.zeros(n_p), t_chm=np.zeros(n_p),
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
              br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
@@ -717,6 +730,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
         a["inv_fs"][p] = 1.0 / m.flop_per_s_scalar
         a["inv_fv"][p] = 1.0 / m.flop_per_s_simd
         a["inv_dv"][p] = 1.0 / m.divsqrt_per_s if m.divsqrt_per_s else 0.0
+        a["dv_beta"][p] = m.divider_beta
         a["t_ch"][p] = m.chain_op_s if m.chain_op_s else 0.0
         a["t_cha"][p] = m.chain_add_s if m.chain_add_s else a["t_ch"][p]
         a["t_chm"][p] = m.chain_mul_s if m.chain_mul_s else a["t_ch"][p]
@@ -785,7 +799,7 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
             bursts.flop_scalar, bursts.flop_simd, divsqrt, recur, recur_mul,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
             a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["line_b"], a["inv_bl"], a["inv_bs"],
-            a["inv_fs"], a["inv_fv"], a["inv_dv"], t_add, t_mul, a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
+            a["inv_fs"], a["inv_fv"], a["inv_dv"], a["dv_beta"], t_add, t_mul, a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail, fetches, fetch_cum, a["f_line"], a["f_edge"], a["f_frac"], a["f_miss"],
             has_fetch)

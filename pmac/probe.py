@@ -119,7 +119,7 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
         g = rows[rows["probe"] == probe]
         if g.empty:
             raise ProbeError(f"compute probe '{probe}' produced no values")
-        better = probe not in ("branch", "chain")   # rates: larger is better; times: smaller
+        better = probe not in ("branch", "chain", "divmix")   # rates: larger is better; times: smaller
         return g.groupby("param", sort=True)["value"].agg(
             lambda v: float(np.median(ending_reps(v.to_numpy(), COMPUTE_BEST, "best", larger_is_better=better))))
 
@@ -127,6 +127,11 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
     dep, br, miss = med("dependency"), med("branch"), med("branch_miss")
     ds = med("divsqrt") if (rows["probe"] == "divsqrt").any() else None
     ch = med("chain") if (rows["probe"] == "chain").any() else None
+    chain_add = float(ch[0.0]) if ch is not None and 0.0 in ch.index else None
+    dbeta = None
+    if ds is not None and (rows["probe"] == "divmix").any():
+        dbeta = divider_beta(med("divmix"), divsqrt_per_s=float(ds.iloc[0]), flop_per_s_scalar=float(sc.iloc[0]),
+                             chain_add_s=chain_add, branch_s=float(br.iloc[0]))
     return ComputeModel(
         isa=f"{isa['cpu_name']} (llvmlite {isa['llvmlite']})",
         flop_per_s_scalar=float(sc.iloc[0]), flop_per_s_simd=float(sv.iloc[0]),
@@ -136,8 +141,38 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
         branch_miss_frac=tuple(float(miss[p]) for p in br.index),
         branch_cost_s=tuple(float(v) for v in br),
         divsqrt_per_s=float(ds.iloc[0]) if ds is not None else None,
-        chain_add_s=float(ch[0.0]) if ch is not None and 0.0 in ch.index else None,
-        chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None)
+        chain_add_s=chain_add,
+        chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None,
+        divider_beta=dbeta)
+
+
+def divider_beta(divmix: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: float,
+                 chain_add_s: float | None, branch_s: float) -> float:
+    """How far a core's divider and its other work overlap, from the ``divmix`` kernels (seconds
+    per element by k, probes/compute.py): each priced as the convolver prices a burst, the divider
+    ``t_div = 2 / divsqrt_per_s`` an element, the other work ``t_other = max(flop / flop_per_s_scalar,
+    chain_add_s) + branch_s`` (its flop, its one loop-carried add, one predicted branch at the
+    branch probe's p = 0 cost), measured ``t = max(t_div, t_other) + beta * min(t_div, t_other)``:
+    beta as pmac.overlap.fit_beta fits the overlap model's (least squares on the relative error,
+    one group per k), in [0, 1]. 0: the two run
+    side by side as if on separate units; 1: one after the other.
+
+    Measured rather than assumed 0: a core whose divider shares issue ports with the multipliers
+    runs such a mix above the max. The Xeon VM of 26 Nov 2026 gave 0 in two probes (``python
+    probes/compute.py --out F.npz``, then compute_model): the kernels ran at the divider's time up
+    to 8 terms."""
+    from probes.compute import DIVSQRT_PER_ELEMENT, divmix_other_flop
+
+    from .overlap import fit_beta
+
+    t_div = DIVSQRT_PER_ELEMENT / divsqrt_per_s
+    rows = []
+    for k, t in divmix.items():
+        t_flop = divmix_other_flop(int(k)) / flop_per_s_scalar
+        other = max(t_flop, chain_add_s or 0.0) + branch_s
+        rows.append(dict(app=f"divmix:{int(k)}", max_s=max(t_div, other), min_s=min(t_div, other), measured_s=float(t),
+                         memory_s=0.0, compute_s=0.0))
+    return fit_beta(pd.DataFrame(rows))[0]
 
 
 def fetch_model(rows: pd.DataFrame, l1i: dict | None, *, baseline_bytes: int, miss_bytes: int,

@@ -27,7 +27,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -53,9 +53,13 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                         9: "node.compute.chain_add_s and chain_mul_s (optional: seconds per operation of a "
                            "loop-carried chain of adds, and of multiply-adds; probes/compute.py ``chain``); "
                            "version 8 files have none (every chain operation at the dependency probe's "
-                           "shortest-distance rate)"},
+                           "shortest-distance rate)",
+                        10: "node.compute.divider_beta (optional: how far the divider and the other work of a "
+                            "core overlap, probes/compute.py ``divmix``); version 9 files have none (side by "
+                            "side: 0)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
-                          5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body})
+                          5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
+                          9: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -180,6 +184,10 @@ class ComputeModel:
     #: operation) (probes/compute.py ``chain``); None where not measured
     chain_add_s: float | None = None
     chain_mul_s: float | None = None
+    #: how far the divider and the other work of a core overlap: ``t = max(t_div, t_other) +
+    #: divider_beta * min(t_div, t_other)`` (0: side by side, 1: one after the other; probes/compute.py
+    #: ``divmix``, pmac.probe.divider_beta); None where not measured (priced as 0)
+    divider_beta: float | None = None
 
     def __post_init__(self):
         _positive("flop_per_s_scalar", self.flop_per_s_scalar)
@@ -187,6 +195,8 @@ class ComputeModel:
         _positive("divsqrt_per_s", self.divsqrt_per_s)
         _positive("chain_add_s", self.chain_add_s)
         _positive("chain_mul_s", self.chain_mul_s)
+        if self.divider_beta is not None and not 0.0 <= self.divider_beta <= 1.0:
+            raise ValueError(f"divider_beta must lie in [0, 1], not {self.divider_beta}")
         if len(self.dependency_distance) != len(self.dependency_flop_per_s):
             raise ValueError("dependency_distance and dependency_flop_per_s differ in length")
         if len(self.branch_miss_frac) != len(self.branch_cost_s):

@@ -71,7 +71,9 @@ def format_profile(profile: MachineProfile) -> str:
             lines.append(f"  compute ({c.isa}, {c.simd_width_bits}-bit SIMD{clock}): scalar "
                          f"{fq(c.flop_per_s_scalar, 'flop_per_s')}, SIMD {fq(c.flop_per_s_simd, 'flop_per_s')} per core")
             if c.divsqrt_per_s:
-                lines.append(f"    divide / square root: {c.divsqrt_per_s / 1e9:.3g} G/s per core (scalar)")
+                beside = (f"; beside the other work: max + {c.divider_beta:.3g} x min" if c.divider_beta is not None
+                          else "")
+                lines.append(f"    divide / square root: {c.divsqrt_per_s / 1e9:.3g} G/s per core (scalar){beside}")
             if c.chain_add_s or c.chain_mul_s:
                 parts = [f"{k} {fq(v, 's')}" for k, v in (("add", c.chain_add_s), ("multiply-add", c.chain_mul_s))
                          if v]

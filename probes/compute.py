@@ -23,6 +23,9 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   multiply and add fit beside it. Scalar: LLVM keeps these divides scalar even with
   ``fastmath`` (its cost model; so does gcc for C without ``-ffast-math``), so no packed
   divide rate is measured.
+- ``divmix`` (param: k; value: seconds per element): the divsqrt kernel's work beside k
+  independent multiply-adds an element (``divmix_kernel``), k in DIVMIX_TERMS: from less other
+  work than the divider's to more. How far the two overlap: pmac.probe.divider_beta.
 - ``chain`` (value: seconds per operation; param 0: adds, 1: multiply-adds): one loop-carried
   chain over an L1-resident array, ``s += x[i]`` (param 0) and ``s = s * c + x[i]`` (param 1,
   contracted to one FMA where the ISA has it, else a multiply and an add: the time per iteration
@@ -105,6 +108,32 @@ def _divsqrt_scalar(x, reps):
 
 #: divide and square-root operations per element of the divsqrt kernel
 DIVSQRT_PER_ELEMENT = 2
+
+#: independent multiply-adds per element of the ``divmix`` kernels (the probe's params)
+DIVMIX_TERMS = (2, 4, 6, 8, 12)
+_DIVMIX: dict = {}
+
+
+def divmix_other_flop(k: int) -> int:
+    """Flop per element of ``divmix_kernel(k)`` besides its divide and square root: k independent
+    ``v * c_j + e_j`` (2 each, no contraction without fastmath), k - 1 adds summing them, the
+    multiply ``v * sqrt(v)``, the add of the two sides and the loop-carried ``s +=``."""
+    return 2 * k + (k - 1) + 3
+
+
+def divmix_kernel(k: int):
+    """``s += 1 / (v * sqrt(v)) + sum_j (v * c_j + e_j)``, j < k: the divsqrt kernel's divider
+    work beside k independent multiply-adds an element, the kind of mix a force kernel is (nbody:
+    one divide and one square root beside some 16 flop of differences, squares and sums)."""
+    if k not in _DIVMIX:
+        terms = " + ".join(f"(v * {1.0 - 1e-3 * (j + 1)!r} + {1e-4 * (j + 1)!r})" for j in range(k))
+        src = (f"def divmix{k}(x, reps):\n    s = 0.0\n    for _ in range(reps):\n        for i in range(x.size):\n"
+               f"            v = x[i]\n            s += 1.0 / (v * np.sqrt(v)) + ({terms})\n    return s\n")
+        ns: dict = {"np": np}
+        exec(compile(src, f"<divmix{k}>", "exec"), ns)
+        # no fastmath, like the divsqrt and flop_scalar kernels: scalar, uncontracted
+        _DIVMIX[k] = njit(cache=False)(ns[f"divmix{k}"])
+    return _DIVMIX[k]
 
 
 def _make_chain_kernel(d: int):
@@ -240,7 +269,7 @@ def run(*, quick: bool = False, progress=None, threshold: float = 0.02,
 
     probabilities = (0.0, 0.1, 0.25, 0.5) if quick else (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
     distances = (1, 2, 4, 8, 16) if quick else DEP_DISTANCES
-    steps = rounds * (4 + len(distances) + len(probabilities))
+    steps = rounds * (5 + len(distances) + len(probabilities))
     done = 0
 
     def tick(msg):
@@ -268,6 +297,11 @@ def _one_round(quick, target, rmin, rmax, threshold, probabilities, distances, a
     vals = _timeit(lambda n: _divsqrt_scalar(x, n), target, rmin, rmax, threshold,
                    scale=lambda n, dt: DIVSQRT_PER_ELEMENT * x.size * n / dt)
     add("divsqrt", simd_width_bits(_divsqrt_scalar, x, 1), vals)
+    tick("divmix")
+    for k in DIVMIX_TERMS:
+        fn = divmix_kernel(k)
+        vals = _timeit(lambda n, f=fn: f(x, n), target, rmin, rmax, threshold, scale=lambda n, dt: dt / (n * x.size))
+        add("divmix", k, vals)
     tick("chain")
     ops = chain_ops_per_iteration()
     for param, run_chain, n_ops in ((0, lambda n: _chain_add(x, n), 1), (1, lambda n: _chain_muladd(x, n, c), ops)):

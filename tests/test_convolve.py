@@ -331,3 +331,26 @@ def test_instruction_cache_misses_are_priced_at_the_profile_fetch_price():
     old = burst(-1, {10: 600, -1: 400})
     assert old.fetches is None and old.fetch_cum is None
     assert convolve(old, [mf]).compute_s[0, 0] == pytest.approx(t_flop, rel=1e-12)
+
+
+def test_divider_beta_adds_a_share_of_the_shorter_side():
+    """compute = max(t_div, t_other) + divider_beta * min(t_div, t_other) + stalls, t_other the other
+    flop plus the predicted branches' loop work: by hand for beta 0.25 on a burst whose divider and
+    other work are both known; beta 0 (profiles before schema 10) is the max as before, and a burst
+    without divides does not see it."""
+    m = machine_coeffs(two_level_profile())
+    m = dataclasses.replace(m, divsqrt_per_s=m.flop_per_s_scalar / 20)
+    c0 = m.branch_cost_s[0]
+    rs, rd = m.flop_per_s_scalar, m.divsqrt_per_s
+    n = 1000
+    b = one_burst({10: 100}, load_bytes=8 * n, fp_scalar=12 * n, flop=12.0 * n, fp_divsqrt=2 * n, branches=n,
+                  branch_miss_frac=0.0)
+    t_div, t_other = 2 * n / rd, 10 * n / rs + n * c0
+    mb = dataclasses.replace(m, divider_beta=0.25)
+    c = convolve(b, [m, mb]).compute_s[:, 0]
+    assert c[0] == pytest.approx(max(t_div, t_other), rel=1e-12)
+    assert c[1] == pytest.approx(max(t_div, t_other) + 0.25 * min(t_div, t_other), rel=1e-12)
+    assert min(t_div, t_other) > 0.2 * max(t_div, t_other)       # the case tests the share, not noise
+    plain = one_burst({10: 100}, load_bytes=8 * n, fp_scalar=12 * n, flop=12.0 * n, branches=n, branch_miss_frac=0.0)
+    p = convolve(plain, [m, mb]).compute_s[:, 0]
+    assert p[0] == p[1] == pytest.approx(12 * n / rs + n * c0, rel=1e-12)

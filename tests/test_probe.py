@@ -303,3 +303,49 @@ def test_add_fetch_writes_node_fetch_into_an_existing_profile(probed, tmp_path):
     raw_b, raw_a = load_raw(before, src / "tiny.yaml"), load_raw(after, tmp_path / "tiny.yaml")
     assert set(raw_a) == set(raw_b)
     assert raw_a["overlap"].equals(raw_b["overlap"]) and raw_a["bandwidth"].equals(raw_b["bandwidth"])
+
+
+def test_divider_beta_from_the_divmix_kernels_by_hand():
+    """pmac.probe.divider_beta prices each divmix kernel as the convolver prices a burst (divider
+    2 / divsqrt_per_s an element; other work max(flop / flop rate, one chain add) + one predicted
+    branch) and fits t = max + beta * min: kernels timed at exactly that with beta = 0.3 give 0.3
+    back; compute_model takes the median of the five fastest repetitions of each k as for every
+    timed probe, and a profile without divmix rows has none."""
+    import pandas as pd
+
+    from pmac.probe import compute_model, divider_beta
+
+    rd, rs, c0, ch = 5e8, 7e9, 0.5e-9, 0.7e-9
+    t_div = 2 / rd
+
+    def timed(k, beta):
+        other = max(pc.divmix_other_flop(k) / rs, ch) + c0
+        return max(t_div, other) + beta * min(t_div, other)
+
+    assert pc.divmix_other_flop(4) == 14 and pc.divmix_other_flop(12) == 38   # 2k + (k - 1) + 3
+    mix = pd.Series({k: timed(k, 0.3) for k in pc.DIVMIX_TERMS})
+    assert divider_beta(mix, divsqrt_per_s=rd, flop_per_s_scalar=rs, chain_add_s=ch, branch_s=c0) == pytest.approx(0.3, rel=1e-9)
+    # every k's other side is flop-bound here (k = 2: 8 flop / 7e9 = 1.14 ns > the 0.7 ns chain add)
+    assert pc.divmix_other_flop(2) / rs > ch
+    # faster than side by side: clipped to 0
+    assert divider_beta(mix * 0.5, divsqrt_per_s=rd, flop_per_s_scalar=rs, chain_add_s=ch, branch_s=c0) == 0.0
+    rows = [("flop_scalar", 64.0, i, rs) for i in range(5)] + [("flop_simd", 256.0, i, 4 * rs) for i in range(5)]
+    rows += [("divsqrt", 64.0, i, rd) for i in range(5)] + [("dependency", 1.0, i, 1e9) for i in range(5)]
+    rows += [("branch", 0.0, i, c0) for i in range(5)] + [("branch_miss", 0.0, 0, 0.0)]
+    rows += [("chain", 0.0, i, ch) for i in range(5)] + [("chain", 1.0, i, 2 * ch) for i in range(5)]
+    for k in pc.DIVMIX_TERMS:      # five repetitions at the price, two slow ones (ignored)
+        rows += [("divmix", float(k), i, timed(k, 0.3) * (1.0 if i < 5 else 1.5)) for i in range(7)]
+    df = pd.DataFrame(rows, columns=["probe", "param", "rep", "value"])
+    assert compute_model(df, {"cpu_name": "x", "llvmlite": "y"}).divider_beta == pytest.approx(0.3, rel=1e-9)
+    assert compute_model(df[df["probe"] != "divmix"], {"cpu_name": "x", "llvmlite": "y"}).divider_beta is None
+
+
+def test_divmix_kernels_compile_scalar_and_scale_with_their_terms():
+    """The divmix kernels stay scalar (no fastmath: the divides are not vectorised, the other work
+    neither) and their work grows with k: the 12-term kernel runs more instructions than the 2-term."""
+    x = np.linspace(0.5, 1.0, 64)
+    k2, k12 = pc.divmix_kernel(2), pc.divmix_kernel(12)
+    assert k2(x, 1) != k12(x, 1)
+    assert pc.simd_width_bits(k2, x, 1) == 64 and pc.simd_width_bits(k12, x, 1) == 64
+    asm2, asm12 = pc.compiled_asm(k2, x, 1), pc.compiled_asm(k12, x, 1)
+    assert asm2.count("mulsd") < asm12.count("mulsd") and "divsd" in asm2 and "sqrtsd" in asm2

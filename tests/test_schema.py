@@ -236,3 +236,27 @@ def test_atomic_write_gives_the_usual_mode(tmp_path):
         assert (tmp_path / "kept.yaml").read_text() == "a: 1\n"
     finally:
         os.umask(old)
+
+
+def test_version_9_profile_loads_without_divider_beta_and_it_round_trips(tmp_path):
+    """Version 10 added node.compute.divider_beta (optional, in [0, 1]): a version-9 file loads
+    with none (the convolver's 0); a value round-trips and reaches the convolver; out of [0, 1]
+    is refused with the file named."""
+    from pmac.convolve import machine_coeffs
+    from synth import two_level_profile
+
+    p = two_level_profile()
+    save_profile(p, tmp_path / "v9.yaml")
+    text = (tmp_path / "v9.yaml").read_text().replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 9")
+    (tmp_path / "v9.yaml").write_text(text)
+    back = load_profile(tmp_path / "v9.yaml")
+    assert back == p and back.node.compute.divider_beta is None and machine_coeffs(back).divider_beta == 0.0
+    q = dataclasses.replace(p, node=dataclasses.replace(
+        p.node, compute=dataclasses.replace(p.node.compute, divider_beta=0.125)))
+    save_profile(q, tmp_path / "v10.yaml")
+    back = load_profile(tmp_path / "v10.yaml")
+    assert back.node.compute.divider_beta == 0.125 and machine_coeffs(back).divider_beta == 0.125
+    (tmp_path / "bad.yaml").write_text((tmp_path / "v10.yaml").read_text().replace("divider_beta: 0.125",
+                                                                                  "divider_beta: 1.5"))
+    with pytest.raises(InputError, match=r"bad\.yaml.*divider_beta must lie in \[0, 1\], not 1\.5"):
+        load_profile(tmp_path / "bad.yaml")
