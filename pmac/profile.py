@@ -589,6 +589,18 @@ def this_machines_profile(directory: str | Path) -> Path | None:
     return None
 
 
+def default_profile_of_this_machine(directory: str | Path) -> Path:
+    """The default ``--machine`` of a script that measures this machine: :func:`this_machines_profile`
+    of ``directory``; InputError saying what to do when none describes it."""
+    from .schema import cpu_model
+
+    found = this_machines_profile(directory)
+    if found is None:
+        raise InputError(f"no profile in {directory} was probed on this machine ({cpu_model()}): "
+                         "pmac probe --name NAME, then --machine machines/NAME.yaml")
+    return found
+
+
 def raw_path(profile: MachineProfile, yaml_path: str | Path) -> Path | None:
     if profile.raw_file is None:
         return None

@@ -50,7 +50,10 @@ def test_a_profile_describes_this_machine_by_host_and_cpu(tmp_path, monkeypatch)
     import subprocess
     import sys
 
-    from pmac.profile import not_this_machine, save_profile, this_machines_profile
+    import re
+
+    from pmac.errors import InputError
+    from pmac.profile import default_profile_of_this_machine, not_this_machine, save_profile, this_machines_profile
     from pmac.schema import cpu_model
 
     base = load_profile(MACHINES[0])
@@ -66,8 +69,12 @@ def test_a_profile_describes_this_machine_by_host_and_cpu(tmp_path, monkeypatch)
     for prof in (other_host, other_cpu, here):
         save_profile(prof, tmp_path / f"{prof.name}.yaml")
     assert this_machines_profile(tmp_path) == tmp_path / "here.yaml"
+    assert default_profile_of_this_machine(tmp_path) == tmp_path / "here.yaml"
     (tmp_path / "here.yaml").unlink()
     assert this_machines_profile(tmp_path) is None
+    with pytest.raises(InputError, match=rf"^no profile in {tmp_path} was probed on this machine \({re.escape(cpu_model())}\): "
+                                         r"pmac probe --name NAME, then --machine machines/NAME\.yaml$"):
+        default_profile_of_this_machine(tmp_path)
     bench = Path(__file__).resolve().parents[1] / "bench" / "accuracy"
     r = subprocess.run([sys.executable, str(bench), "--machine", str(tmp_path / "a-other.yaml")],
                        capture_output=True, text=True, timeout=120)

@@ -248,7 +248,7 @@ def test_bench_call_interplay_measures_lateness():
 
 @pytest.mark.requires("mpi")
 def test_bench_collective_check_sets_c_times_beside_the_profile_at_each_thread_level():
-    """bench/collective_check: every 2-rank intra-node row of devbox that its C program times
+    """bench/collective_check: every 2-rank intra-node row of a profile that its C program times
     (barrier; bcast and allreduce of 8 B .. 4 KiB) gets a positive C time at each thread level,
     beside the row of the profile's network of that level; profile/C is the quotient of the printed
     columns. MPICH's calls are dearer at MPI_THREAD_MULTIPLE (devbox: allreduce 8 B 0.29 against
@@ -260,8 +260,8 @@ def test_bench_collective_check_sets_c_times_beside_the_profile_at_each_thread_l
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, str(repo / "bench" / "collective_check"), "--iters", "300", "--reps", "3"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, str(repo / "bench" / "collective_check"), "--iters", "300", "--reps", "3",
+                        "--machine", str(repo / "machines" / "xeon-vm.yaml")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     rows = [ln.split() for ln in r.stdout.splitlines()[2:] if ln.strip() and not ln.startswith("  (")]
     calls = [("barrier", 0)] + [(op, b) for op in ("allreduce", "bcast") for b in (8, 64, 512, 4096)]
