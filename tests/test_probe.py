@@ -31,11 +31,19 @@ def memory_run():
 
 
 def test_bandwidth_falls_from_l1_to_memory_and_latency_rises(memory_run):
+    """Each point as the profile takes it: the median of its best repetitions (the probe's stop
+    rule; a neighbour on a shared host only slows repetitions down: in one CI run the median of
+    all the 16 KiB chase's repetitions was 31 ns a load, against the 10 ns bound)."""
     bw, lat = memory_run
-    curve = {r.working_set_bytes: np.median(r.bandwidth_bytes_per_s) for r in bw}
+    p = small_params()
+
+    def point(values, larger_is_better):
+        return np.median(pm.ending_reps(values, p.window, p.stop_rule, larger_is_better=larger_is_better))
+
+    curve = {r.working_set_bytes: point(r.bandwidth_bytes_per_s, True) for r in bw}
     l1, mem = curve[16 * KiB], curve[64 * MiB]
     assert l1 > 2 * mem > 0  # L1 vs main memory: at least 2x on any machine of the last 20 years
-    lats = dict((ws, np.median(v)) for ws, v in lat)
+    lats = dict((ws, point(v, False)) for ws, v in lat)
     assert all(v > 0 for v in lats.values())
     assert lats[64 * MiB] > 3 * lats[16 * KiB]
     assert 0.1e-9 < lats[16 * KiB] < 10e-9
