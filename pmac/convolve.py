@@ -103,8 +103,8 @@ error from 10.1 / 12.1 / 8.9 / 9.6 % to 10.0 / 8.9 / 8.0 / 6.8 %. Without divide
 was. ``divider_beta`` (profile schema 10, ``node.compute.divider_beta``; 0 for older profiles) is
 how far the two sides fail to overlap, measured by the compute probe's ``divmix`` kernels (the
 divider kernel's work beside 2 to 12 independent multiply-adds an element, pmac.probe.divider_beta):
-a core whose divider shares issue ports with the multipliers runs such a mix above the max. On the
-Xeon VM (26 Nov 2026) two probes measured 0: the kernels ran at the divider's time up to 8 terms
+a core whose divider shares issue ports with the multipliers would run such a mix above the max.
+On the Xeon VM (26 Nov 2026) three probes measured 0: the kernels ran at the divider's time up to 8 terms
 and below their other work's price at 12 (independent scalar flop outrun the flop_scalar probe's
 rate, whose 8-step chains are partly latency-bound), so nbody's -8..-14 % in that day's accuracy
 runs is not this.

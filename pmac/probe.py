@@ -154,13 +154,14 @@ def divider_beta(divmix: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: 
     chain_add_s) + branch_s`` (its flop, its one loop-carried add, one predicted branch at the
     branch probe's p = 0 cost), measured ``t = max(t_div, t_other) + beta * min(t_div, t_other)``:
     beta as pmac.overlap.fit_beta fits the overlap model's (least squares on the relative error,
-    one group per k), in [0, 1]. 0: the two run
-    side by side as if on separate units; 1: one after the other.
+    one group per k), in [0, 1]. 0: the two run side by side as if on separate units; 1: one after
+    the other.
 
     Measured rather than assumed 0: a core whose divider shares issue ports with the multipliers
-    runs such a mix above the max. The Xeon VM of 26 Nov 2026 gave 0 in two probes (``python
-    probes/compute.py --out F.npz``, then compute_model): the kernels ran at the divider's time up
-    to 8 terms."""
+    would run such a mix above the max. The Xeon VM of 26 Nov 2026 gave 0 in three probes (two
+    ``python probes/compute.py --out F.npz`` read with compute_model, one ``pmac probe``): the
+    kernels ran at the divider's time up to 8 terms and under their other work's price at 12 (this
+    price is the flop_scalar probe's rate, which independent scalar flop outrun)."""
     from probes.compute import DIVSQRT_PER_ELEMENT, divmix_other_flop
 
     from .overlap import fit_beta
