@@ -292,7 +292,8 @@ def test_bench_accuracy_warns_when_the_traced_bursts_miss_the_runs():
 def test_bench_accuracy_reports_the_measured_medians_interval(tmp_path):
     """bench/accuracy --measured FILE --csv: per case the measured median's 90 % interval
     (pmac.validate.median_ci: x_(4) and x_(12) of 15 runs) relative to the median, and the
-    prediction against it. Runs 10..150 ms: median 80 ms, interval 40..120 ms (-50 / +50 %)."""
+    prediction against it. Runs 10..150 ms: median 80 ms, interval 40..120 ms (-50 / +50 %).
+    --compare-machine prints a second profile's predictions beside (here the same profile)."""
     import json
 
     import pandas as pd
@@ -300,8 +301,9 @@ def test_bench_accuracy_reports_the_measured_medians_interval(tmp_path):
     runs = tmp_path / "runs.json"
     runs.write_text(json.dumps({"nbody-n2-4096": [0.01 * k for k in (15, 1, 14, 2, 13, 3, 12, 4, 11, 5, 10, 6, 9, 7, 8)]}))
     csv = tmp_path / "acc.csv"
+    machine = str(EX.parent / "machines" / "xeon-vm.yaml")
     r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), "--measured", str(runs), "--machine",
-                        str(EX.parent / "machines" / "xeon-vm.yaml"), "--only", "nbody-n2-4096", "--csv", str(csv)],
+                        machine, "--only", "nbody-n2-4096", "--csv", str(csv), "--compare-machine", machine],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     row = pd.read_csv(csv).iloc[0]
@@ -312,3 +314,9 @@ def test_bench_accuracy_reports_the_measured_medians_interval(tmp_path):
     inside = 0.04 <= pred <= 0.12
     assert row["error_vs_ci_pct"] == pytest.approx(0.0 if inside else 100 * (pred - 0.04) / 0.04)
     assert "within_15pct_of_ci_frac" in r.stdout and "coverage 96.5% or more" in r.stdout
+    # --compare-machine: the same profile again predicts the same, so the two differ by nothing
+    assert row["compare_predicted_s"] == row["predicted_s"] and row["compare_error_pct"] == row["error_pct"]
+    assert "the two profiles' predictions differ by 0.0 % (median over the cases; +0.0 to +0.0 %)" in r.stdout
+    r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), "--measured", str(runs),
+                        "--probe-before", str(tmp_path / "p")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--probe-before probes during a measurement" in r.stderr
