@@ -11,7 +11,8 @@ import pytest
 from pmac.cli import main
 from pmac.errors import InputError
 from pmac.probe import run_probe
-from pmac.profile import load_profile, verify_raw
+from pmac.profile import RAW_TABLES, load_profile, raw_path, verify_raw
+from pmac.table import load_tables
 from probes import compute as pc
 from probes import memory as pm
 
@@ -31,19 +32,15 @@ def memory_run():
 
 
 def test_bandwidth_falls_from_l1_to_memory_and_latency_rises(memory_run):
-    """Each point as the profile takes it: the median of its best repetitions (the probe's stop
-    rule; a neighbour on a shared host only slows repetitions down: in one CI run the median of
-    all the 16 KiB chase's repetitions was 31 ns a load, against the 10 ns bound)."""
+    """Each point by its best repetition: a neighbour on a shared host only ever slows a
+    repetition down (in one CI run the median of all the 16 KiB chase's repetitions was 31 ns a
+    load, against the 10 ns bound; the shipped xeon-vm record has 14 of the 20 repetitions of its
+    32 KiB load point at 7-43 GB/s and 6 at 84-88), so the fastest says what the hardware does."""
     bw, lat = memory_run
-    p = small_params()
-
-    def point(values, larger_is_better):
-        return np.median(pm.ending_reps(values, p.window, p.stop_rule, larger_is_better=larger_is_better))
-
-    curve = {r.working_set_bytes: point(r.bandwidth_bytes_per_s, True) for r in bw}
+    curve = {r.working_set_bytes: max(r.bandwidth_bytes_per_s) for r in bw}
     l1, mem = curve[16 * KiB], curve[64 * MiB]
     assert l1 > 2 * mem > 0  # L1 vs main memory: at least 2x on any machine of the last 20 years
-    lats = dict((ws, point(v, False)) for ws, v in lat)
+    lats = dict((ws, min(v)) for ws, v in lat)
     assert all(v > 0 for v in lats.values())
     assert lats[64 * MiB] > 3 * lats[16 * KiB]
     assert 0.1e-9 < lats[16 * KiB] < 10e-9
@@ -117,8 +114,12 @@ def test_profile_written_and_reloaded(probed):
     verify_raw(back, path)
     assert back.raw_file == "tiny.raw.npz"
     assert back.node.caches and back.node.memory.bandwidth_1core_bytes_per_s["load_unit"] > 0
-    assert back.node.caches[0].bandwidth_1core_bytes_per_s["load_unit"] > \
-        back.node.memory.bandwidth_1core_bytes_per_s["load_unit"]
+    # L1 against memory on the raw repetitions, each point's fastest (the fitted values are medians of
+    # three repetitions here, threshold 0: a slow spell over one point could invert them)
+    raw_bw = load_tables(raw_path(back, path), RAW_TABLES)["bandwidth"]
+    unit = raw_bw[(raw_bw["access"] == "load_unit") & (raw_bw["n_cores"] == 1)]
+    best = unit.groupby("working_set_bytes")["bandwidth_bytes_per_s"].max()
+    assert best.iloc[0] > best.iloc[-1] > 0
     assert back.node.compute.flop_per_s_simd > 0 and back.node.compute.divsqrt_per_s > 0
     assert back.node.compute.chain_add_s > 0 and back.node.compute.chain_mul_s > 0
     # the compute probe's two (quick) rounds run before and after the memory probe, their
