@@ -109,11 +109,14 @@ class _ComputeRounds:
         return RAW_TABLES["compute"].coerce(df)
 
 
-def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
-    """ComputeModel from the raw ``compute`` table: per point the median of its COMPUTE_BEST best
+def compute_model(rows: pd.DataFrame, isa: dict, *, best: int | None = COMPUTE_BEST) -> ComputeModel:
+    """ComputeModel from the raw ``compute`` table: per point the median of its ``best`` best
     repetitions over all rounds (highest rates, lowest branch costs: a neighbour on a shared core
-    only ever makes a repetition worse), as the memory probe's stop rule does."""
+    only ever makes a repetition worse), as the memory probe's stop rule does; ``best=None``: the
+    median of all of them (:func:`node_at_median`)."""
     from probes.memory import ending_reps
+
+    window = best if best is not None else len(rows) + 1
 
     def med(probe):
         g = rows[rows["probe"] == probe]
@@ -121,7 +124,7 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
             raise ProbeError(f"compute probe '{probe}' produced no values")
         better = probe not in ("branch", "chain", "divmix")   # rates: larger is better; times: smaller
         return g.groupby("param", sort=True)["value"].agg(
-            lambda v: float(np.median(ending_reps(v.to_numpy(), COMPUTE_BEST, "best", larger_is_better=better))))
+            lambda v: float(np.median(ending_reps(v.to_numpy(), window, "best", larger_is_better=better))))
 
     sc, sv = med("flop_scalar"), med("flop_simd")
     dep, br, miss = med("dependency"), med("branch"), med("branch_miss")
@@ -144,6 +147,32 @@ def compute_model(rows: pd.DataFrame, isa: dict) -> ComputeModel:
         chain_add_s=chain_add,
         chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None,
         divider_beta=dbeta)
+
+
+def node_at_median(profile: MachineProfile, raw: dict) -> MachineProfile:
+    """``profile`` with its node refitted from its raw repetitions (the sidecar, pmac.profile.load_raw)
+    taking each point at the median of ALL its repetitions, where pmac probe takes the median of the
+    fastest few: the machine as it typically ran during the probe, neighbours on a shared host
+    included, rather than what its hardware does undisturbed. Bandwidth and latency curves, cache
+    levels and plateaus (pmac.fit, the OS's cache list of this machine) and the compute model; the
+    network, fetch model and overlap model kept. For comparing the two statistics against measured
+    runs (``bench/accuracy --statistic median``): on the Xeon VM of 26 Nov 2026 a compute point's
+    median repetition ran 1-25 % slower than its fastest five, and the accuracy runs' predictions
+    came out short on average in seven runs of eight."""
+    node = profile.node
+    if node is None or raw.get("bandwidth") is None or "compute" not in raw:
+        raise InputError(f"profile '{profile.name}': no raw bandwidth and compute repetitions to refit from")
+    everything = 1 << 62
+    curves = curves_from_raw(raw["bandwidth"], window=everything, rule="best")
+    latency = latency_from_raw(raw["latency"], window=everything, rule="best") if "latency" in raw else None
+    oc, src = os_caches(node.n_cores)
+    fit = fit_node(curves, latency, n_cores=node.n_cores, os_view=oc, os_source=src)
+    isa_name, _, llvm = node.compute.isa.partition(" (llvmlite ")
+    comp = dataclasses.replace(compute_model(raw["compute"], {"cpu_name": isa_name, "llvmlite": llvm.rstrip(")")},
+                                             best=None), clock_hz=node.compute.clock_hz)
+    return dataclasses.replace(profile, node=dataclasses.replace(
+        node, caches=fit.caches, memory=fit.memory, compute=comp, bandwidth_curves=tuple(curves),
+        latency_curve=latency))
 
 
 def divider_beta(divmix: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: float,

@@ -320,3 +320,11 @@ def test_bench_accuracy_reports_the_measured_medians_interval(tmp_path):
     r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), "--measured", str(runs),
                         "--probe-before", str(tmp_path / "p")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--probe-before probes during a measurement" in r.stderr
+    # --statistic median: the same runs against the profile refitted on every repetition
+    csv2 = tmp_path / "median.csv"
+    r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), "--measured", str(runs), "--machine",
+                        machine, "--only", "nbody-n2-4096", "--csv", str(csv2), "--statistic", "median"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "each point at the median of all of them (--statistic median)" in r.stdout
+    med = pd.read_csv(csv2).iloc[0]
+    assert med["measured_s"] == row["measured_s"] and med["predicted_s"] != row["predicted_s"]
