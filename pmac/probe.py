@@ -162,6 +162,10 @@ def node_at_median(profile: MachineProfile, raw: dict) -> MachineProfile:
     node = profile.node
     if node is None or raw.get("bandwidth") is None or "compute" not in raw:
         raise InputError(f"profile '{profile.name}': no raw bandwidth and compute repetitions to refit from")
+    from .profile import not_this_machine
+
+    if (why := not_this_machine(profile)):
+        raise InputError(f"profile '{profile.name}': refitting reads this machine's cache list, but it was {why}")
     everything = 1 << 62
     curves = curves_from_raw(raw["bandwidth"], window=everything, rule="best")
     latency = latency_from_raw(raw["latency"], window=everything, rule="best") if "latency" in raw else None

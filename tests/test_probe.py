@@ -387,3 +387,6 @@ def test_node_at_median_refits_on_every_repetition(probed):
     assert med.node.compute.isa == prof.node.compute.isa and med.node.compute.clock_hz == prof.node.compute.clock_hz
     with pytest.raises(InputError, match="no raw bandwidth and compute repetitions"):
         node_at_median(prof, {})
+    elsewhere = dataclasses.replace(prof, provenance={**prof.provenance, "host": "elsewhere"})
+    with pytest.raises(InputError, match="refitting reads this machine's cache list, but it was probed on host 'elsewhere'"):
+        node_at_median(elsewhere, raw)
