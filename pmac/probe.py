@@ -171,9 +171,9 @@ def node_at_median(profile: MachineProfile, raw: dict) -> MachineProfile:
     latency = latency_from_raw(raw["latency"], window=everything, rule="best") if "latency" in raw else None
     oc, src = os_caches(node.n_cores)
     fit = fit_node(curves, latency, n_cores=node.n_cores, os_view=oc, os_source=src)
-    isa_name, _, llvm = node.compute.isa.partition(" (llvmlite ")
-    comp = dataclasses.replace(compute_model(raw["compute"], {"cpu_name": isa_name, "llvmlite": llvm.rstrip(")")},
-                                             best=None), clock_hz=node.compute.clock_hz)
+    # the rates from the raw repetitions; what names the machine (ISA, clock) stays the node's
+    comp = dataclasses.replace(compute_model(raw["compute"], {"cpu_name": "", "llvmlite": ""}, best=None),
+                               isa=node.compute.isa, clock_hz=node.compute.clock_hz)
     return dataclasses.replace(profile, node=dataclasses.replace(
         node, caches=fit.caches, memory=fit.memory, compute=comp, bandwidth_curves=tuple(curves),
         latency_curve=latency))

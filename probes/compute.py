@@ -111,7 +111,14 @@ DIVSQRT_PER_ELEMENT = 2
 
 #: independent multiply-adds per element of the ``divmix`` kernels (the probe's params)
 DIVMIX_TERMS = (2, 4, 6, 8, 12)
-_DIVMIX: dict = {}
+
+
+def _compile_source(name: str, src: str):
+    """Function ``name`` defined by the Python source ``src``, compiled by numba without fastmath
+    (multiplies and adds stay separate, uncontracted, in order) and not cached on disk."""
+    ns: dict = {"np": np}
+    exec(compile(src, f"<{name}>", "exec"), ns)
+    return njit(cache=False)(ns[name])
 
 
 def divmix_other_flop(k: int) -> int:
@@ -121,31 +128,27 @@ def divmix_other_flop(k: int) -> int:
     return 2 * k + (k - 1) + 3
 
 
+@functools.lru_cache(maxsize=None)
 def divmix_kernel(k: int):
     """``s += 1 / (v * sqrt(v)) + sum_j (v * c_j + e_j)``, j < k: the divsqrt kernel's divider
     work beside k independent multiply-adds an element, the kind of mix a force kernel is (nbody:
-    one divide and one square root beside some 16 flop of differences, squares and sums)."""
-    if k not in _DIVMIX:
-        terms = " + ".join(f"(v * {1.0 - 1e-3 * (j + 1)!r} + {1e-4 * (j + 1)!r})" for j in range(k))
-        src = (f"def divmix{k}(x, reps):\n    s = 0.0\n    for _ in range(reps):\n        for i in range(x.size):\n"
-               f"            v = x[i]\n            s += 1.0 / (v * np.sqrt(v)) + ({terms})\n    return s\n")
-        ns: dict = {"np": np}
-        exec(compile(src, f"<divmix{k}>", "exec"), ns)
-        # no fastmath, like the divsqrt and flop_scalar kernels: scalar, uncontracted
-        _DIVMIX[k] = njit(cache=False)(ns[f"divmix{k}"])
-    return _DIVMIX[k]
+    one divide and one square root beside some 16 flop of differences, squares and sums). No
+    fastmath, like the divsqrt and flop_scalar kernels: scalar, uncontracted."""
+    terms = " + ".join(f"(v * {1.0 - 1e-3 * (j + 1)!r} + {1e-4 * (j + 1)!r})" for j in range(k))
+    return _compile_source(f"divmix{k}", f"def divmix{k}(x, reps):\n    s = 0.0\n    for _ in range(reps):\n"
+                                         f"        for i in range(x.size):\n            v = x[i]\n"
+                                         f"            s += 1.0 / (v * np.sqrt(v)) + ({terms})\n    return s\n")
 
 
-def _make_chain_kernel(d: int):
-    """A kernel with d interleaved independent chains x_j = x_j * c + e (2 flop each)."""
+@functools.lru_cache(maxsize=None)
+def chain_kernel(d: int):
+    """A kernel with d interleaved independent chains x_j = x_j * c + e (2 flop each); no fastmath:
+    the multiply and the add stay separate dependent instructions."""
     init = "\n".join(f"    x{j} = 1.0 + {j} * 1e-3" for j in range(d))
     body = "\n".join(f"        x{j} = x{j} * c + e" for j in range(d))
     total = " + ".join(f"x{j}" for j in range(d))
-    src = f"def chain{d}(n, c, e):\n{init}\n    for _ in range(n):\n{body}\n    return {total}\n"
-    ns: dict = {}
-    exec(compile(src, f"<chain{d}>", "exec"), ns)
-    # no fastmath: the multiply and the add stay separate dependent instructions
-    return njit(cache=False)(ns[f"chain{d}"])
+    return _compile_source(f"chain{d}", f"def chain{d}(n, c, e):\n{init}\n    for _ in range(n):\n{body}\n"
+                                        f"    return {total}\n")
 
 
 @njit(cache=True)
@@ -173,13 +176,6 @@ def chain_ops_per_iteration() -> int:
 
 
 DEP_DISTANCES = (1, 2, 3, 4, 6, 8, 12, 16)
-_CHAINS: dict = {}
-
-
-def chain_kernel(d: int):
-    if d not in _CHAINS:
-        _CHAINS[d] = _make_chain_kernel(d)
-    return _CHAINS[d]
 
 
 @njit(cache=True)
