@@ -62,7 +62,7 @@ def not_traced_on(sig: Signature, profile: MachineProfile) -> str | None:
     hosts = set(sig.header.rank_hosts) or {sig.header.provenance.get("host")}
     if host and hosts != {host}:
         return f"traced on {', '.join(sorted(str(h) for h in hosts))}, not on {host}"
-    cpu = profile.node.cpu_model if profile.node else profile.provenance.get("cpu_model")
+    cpu = profile.cpu_model
     sig_cpu = sig.header.provenance.get("cpu_model")
     if not sig_cpu:
         return "its provenance names no CPU (traced before pmac recorded it): retrace it on this machine"
@@ -108,15 +108,16 @@ def samples_from_signature(sig: Signature, profile: MachineProfile, *, active_co
     return df[list(SAMPLE_COLUMNS)]
 
 
-def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame) -> pd.DataFrame:
+def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, best: int | None = 5) -> pd.DataFrame:
     """Samples of the overlap probe (raw table ``overlap``; probes/memory.py measure_overlap).
 
     Per (working set, r chains): ``a[i] = f_r(b[i])`` over n elements, priced as the convolver
     prices a unit-stride sweep of the level the working set fits in (8n bytes loaded, 8n stored,
     at the level's one-core plateaus) and its flop (16 r + (r - 1) per element, independent
     8-long chains as in the flop_simd probe, vectorised) at the SIMD rate; measured: the median of
-    the five fastest repetitions (the probe's stop rule). Each point is its own group in the fit,
-    so every balance of memory and compute counts equally.
+    the ``best`` fastest repetitions (the probe's stop rule; None: of all of them, for a profile
+    refitted at the median, pmac.pool.refit). Each point is its own group in the fit, so every
+    balance of memory and compute counts equally.
     """
     if overlap is None or len(overlap) == 0:
         raise InputError("overlap calibration: the profile has no overlap-probe repetitions")
@@ -129,7 +130,7 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame) -> pd.Dat
         memory_s = 8.0 * n / mc.load_bandwidth_bytes_per_s[level] + 8.0 * n / mc.store_bandwidth_bytes_per_s[level]
         flop = 16 * r + (r - 1) if r > 0 else 0
         compute_s = flop * n / mc.flop_per_s_simd
-        measured = float(np.median(np.sort(g["time_s"].to_numpy())[:5]))
+        measured = float(np.median(np.sort(g["time_s"].to_numpy())[:best]))
         key = f"probe:{int(ws)}B:{int(r)}chains"
         rows.append(dict(app=key, case=key, rank=0, seq=0, memory_s=memory_s, compute_s=compute_s,
                          max_s=max(memory_s, compute_s), min_s=min(memory_s, compute_s), measured_s=measured))

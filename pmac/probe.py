@@ -113,7 +113,7 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int | None = COMPUTE_B
     """ComputeModel from the raw ``compute`` table: per point the median of its ``best`` best
     repetitions over all rounds (highest rates, lowest branch costs: a neighbour on a shared core
     only ever makes a repetition worse), as the memory probe's stop rule does; ``best=None``: the
-    median of all of them (:func:`node_at_median`)."""
+    median of all of them (pmac.pool.refit)."""
     from probes.memory import ending_reps
 
     window = best if best is not None else len(rows) + 1
@@ -147,36 +147,6 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int | None = COMPUTE_B
         chain_add_s=chain_add,
         chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None,
         divider_beta=dbeta)
-
-
-def node_at_median(profile: MachineProfile, raw: dict) -> MachineProfile:
-    """``profile`` with its node refitted from its raw repetitions (the sidecar, pmac.profile.load_raw)
-    taking each point at the median of ALL its repetitions, where pmac probe takes the median of the
-    fastest few: the machine as it typically ran during the probe, neighbours on a shared host
-    included, rather than what its hardware does undisturbed. Bandwidth and latency curves, cache
-    levels and plateaus (pmac.fit, the OS's cache list of this machine) and the compute model; the
-    network, fetch model and overlap model kept. For comparing the two statistics against measured
-    runs (``bench/accuracy --statistic median``): on the Xeon VM of 26 Nov 2026 a compute point's
-    median repetition ran 1-25 % slower than its fastest five, and the accuracy runs' predictions
-    came out short on average in seven runs of eight."""
-    node = profile.node
-    if node is None or raw.get("bandwidth") is None or "compute" not in raw:
-        raise InputError(f"profile '{profile.name}': no raw bandwidth and compute repetitions to refit from")
-    from .profile import not_this_machine
-
-    if (why := not_this_machine(profile)):
-        raise InputError(f"profile '{profile.name}': refitting reads this machine's cache list, but it was {why}")
-    everything = 1 << 62
-    curves = curves_from_raw(raw["bandwidth"], window=everything, rule="best")
-    latency = latency_from_raw(raw["latency"], window=everything, rule="best") if "latency" in raw else None
-    oc, src = os_caches(node.n_cores)
-    fit = fit_node(curves, latency, n_cores=node.n_cores, os_view=oc, os_source=src)
-    # the rates from the raw repetitions; what names the machine (ISA, clock) stays the node's
-    comp = dataclasses.replace(compute_model(raw["compute"], {"cpu_name": "", "llvmlite": ""}, best=None),
-                               isa=node.compute.isa, clock_hz=node.compute.clock_hz)
-    return dataclasses.replace(profile, node=dataclasses.replace(
-        node, caches=fit.caches, memory=fit.memory, compute=comp, bandwidth_curves=tuple(curves),
-        latency_curve=latency))
 
 
 def divider_beta(divmix: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: float,
@@ -316,8 +286,9 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     return node, raw, warnings, details
 
 
-def _write_pair(profile: MachineProfile, raw: dict[str, pd.DataFrame], yaml_path: Path) -> MachineProfile:
-    """Write sidecar and YAML; the previous pair stays intact unless both renames happen."""
+def write_pair(profile: MachineProfile, raw: dict[str, pd.DataFrame], yaml_path: Path) -> MachineProfile:
+    """Write ``profile`` to ``yaml_path`` with ``raw`` as its sidecar (NAME.raw.npz beside it, its
+    sha256 recorded); the previous pair stays intact unless both renames happen."""
     yaml_path.parent.mkdir(parents=True, exist_ok=True)
     raw_final = yaml_path.with_name(f"{profile.name}.raw.npz")
     fd, tmp = tempfile.mkstemp(prefix=f".{raw_final.name}.", dir=yaml_path.parent)
@@ -422,7 +393,7 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
                              network_variants=net_variants)
     if progress:
         progress(1.0, "writing")
-    return _write_pair(profile, raw, yaml_path)
+    return write_pair(profile, raw, yaml_path)
 
 
 def add_fetch(yaml_path: str | Path, *, quick: bool = False, progress: Progress | None = None,
@@ -445,4 +416,4 @@ def add_fetch(yaml_path: str | Path, *, quick: bool = False, progress: Progress 
     prov = dict(profile.provenance)
     prov["fetch_added"] = provenance(command=command, parameters={"quick": quick, **details})
     profile = dataclasses.replace(profile, node=dataclasses.replace(profile.node, fetch=model), provenance=prov)
-    return _write_pair(profile, raw, yaml_path)
+    return write_pair(profile, raw, yaml_path)

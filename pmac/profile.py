@@ -495,6 +495,11 @@ class MachineProfile:
                               f"{self.network.thread_level.upper()}'s, where collectives can cost several times "
                               "more or less (pmac probe measures both)")
 
+    @property
+    def cpu_model(self) -> str | None:
+        """The CPU the profile describes: its node's, else the one its provenance was made on."""
+        return self.node.cpu_model if self.node else self.provenance.get("cpu_model")
+
     def missing(self, sections: tuple[str, ...] = ("node", "node.compute", "network.intra_node",
                                                     "network.inter_node")) -> list[str]:
         """The dotted section names among ``sections`` that this profile lacks."""
@@ -567,7 +572,7 @@ def not_this_machine(profile: MachineProfile) -> str | None:
     from .schema import cpu_model
 
     host = profile.provenance.get("host")
-    cpu = profile.node.cpu_model if profile.node else profile.provenance.get("cpu_model")
+    cpu = profile.cpu_model
     here_host, here_cpu = socket.gethostname(), cpu_model()
     if host != here_host:
         return f"probed on host {host!r}, this is {here_host!r}"

@@ -328,3 +328,47 @@ def test_bench_accuracy_reports_the_measured_medians_interval(tmp_path):
     assert r.returncode == 0 and "each point at the median of all of them (--statistic median)" in r.stdout
     med = pd.read_csv(csv2).iloc[0]
     assert med["measured_s"] == row["measured_s"] and med["predicted_s"] != row["predicted_s"]
+
+
+def test_bench_accuracy_interleave_probes_around_every_block_and_pools_them(tmp_path):
+    """bench/accuracy --interleave: 5 repetitions in 2 blocks (3 + 2) give probe, runs, probe, runs,
+    probe; the three probes pooled into DIR/NAME.yaml (every repetition of each, with a sidecar),
+    the runs saved after each block; the first probe returned for the comparison. The probe and
+    the runs are stand-ins here (a copy of the shipped profile, made-up timings): what is checked
+    is the order and the pooling."""
+    import json
+    import runpy
+    import shutil
+
+    from pmac.profile import load_profile, load_raw
+
+    interleaved = runpy.run_path(str(EX.parent / "bench" / "accuracy"), run_name="bench_accuracy")["interleaved"]
+    machines = EX.parent / "machines"
+    log = []
+
+    def probe(out, name):
+        out.mkdir(parents=True)
+        for suffix in (".yaml", ".raw.npz"):
+            shutil.copy(machines / f"xeon-vm{suffix}", out / f"{name}{suffix}")
+        log.append(("probe", out.name))
+        return out / f"{name}.yaml"
+
+    def measure_block(cases, cmd_of, reps, n_ranks, state):
+        log.append(("runs", reps))
+        return {c["name"]: [float(len(log))] * reps for c in cases}
+
+    cases = [{"name": "a"}, {"name": "b"}]
+    saved = tmp_path / "runs.json"
+    walls, pooled, first = interleaved(cases, None, 2, None, tmp_path, "xeon-vm", reps=5, rounds=2, save=str(saved),
+                                       probe=probe, measure_block=measure_block)
+    assert log == [("probe", "round-0"), ("runs", 3), ("probe", "round-1"), ("runs", 2), ("probe", "round-2")]
+    assert walls == {"a": [2.0] * 3 + [4.0] * 2, "b": [2.0] * 3 + [4.0] * 2} and json.loads(saved.read_text()) == walls
+    assert pooled == str(tmp_path / "xeon-vm.yaml") and first == str(tmp_path / "round-0" / "xeon-vm.yaml")
+    prof = load_profile(pooled)
+    one = load_profile(machines / "xeon-vm.yaml")
+    assert len(load_raw(prof, pooled)["compute"]) == 3 * len(load_raw(one, machines / "xeon-vm.yaml")["compute"])
+    assert [p["file"] for p in prof.provenance["pooled_from"]] == [
+        str(tmp_path / f"round-{k}" / "xeon-vm.yaml") for k in range(3)]
+    r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), "--measured", str(saved),
+                        "--interleave", str(tmp_path / "again")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--interleave probes during the measurement" in r.stderr

@@ -359,34 +359,3 @@ def test_divmix_kernels_compile_scalar_and_scale_with_their_terms():
     asm2, asm12 = pc.compiled_asm(k2, x, 1), pc.compiled_asm(k12, x, 1)
     assert asm2.count("mulsd") < asm12.count("mulsd") and "divsd" in asm2 and "sqrtsd" in asm2
 
-
-def test_node_at_median_refits_on_every_repetition(probed):
-    """pmac.probe.node_at_median: the node refitted from the raw sidecar with each point at the
-    median of all its repetitions (pmac probe takes the median of the fastest few): the compute
-    rates are the medians of all their rows, the memory curves the medians of all repetitions per
-    point, never above the best-of values for rates; everything else kept; no raw: a clear error."""
-    from pmac.probe import node_at_median
-    from pmac.profile import load_raw
-
-    out, _, _ = probed
-    path = out / "tiny.yaml"
-    prof = load_profile(path)
-    raw = load_raw(prof, path)
-    med = node_at_median(prof, raw)
-    comp = raw["compute"]
-    assert med.node.compute.flop_per_s_scalar == pytest.approx(
-        float(np.median(comp[comp["probe"] == "flop_scalar"]["value"])), rel=1e-12)
-    assert med.node.compute.flop_per_s_scalar <= prof.node.compute.flop_per_s_scalar
-    assert med.node.compute.chain_add_s >= prof.node.compute.chain_add_s      # a time: never below the best
-    bw = raw["bandwidth"]
-    unit = bw[(bw["access"] == "load_unit") & (bw["n_cores"] == 1)]
-    curve = next(c for c in med.node.bandwidth_curves if c.access == "load_unit" and c.n_cores == 1)
-    want = unit.groupby("working_set_bytes")["bandwidth_bytes_per_s"].median()
-    assert np.allclose(curve.bandwidth_bytes_per_s, want.to_numpy(), rtol=1e-12)
-    assert med.node.caches and med.name == prof.name and med.network == prof.network
-    assert med.node.compute.isa == prof.node.compute.isa and med.node.compute.clock_hz == prof.node.compute.clock_hz
-    with pytest.raises(InputError, match="no raw bandwidth and compute repetitions"):
-        node_at_median(prof, {})
-    elsewhere = dataclasses.replace(prof, provenance={**prof.provenance, "host": "elsewhere"})
-    with pytest.raises(InputError, match="refitting reads this machine's cache list, but it was probed on host 'elsewhere'"):
-        node_at_median(elsewhere, raw)

@@ -22,6 +22,7 @@ COMMANDS = {
     "predict": "predict",
     "import": "importer",
     "combine": "combine",
+    "pool": "pool",
     "export": "export",
 }
 

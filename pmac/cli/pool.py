@@ -1,0 +1,46 @@
+"""pmac pool A.yaml B.yaml ... --name NAME [--statistic best|median] [--out-dir machines]: several
+probes of one machine, their repetitions pooled and fitted again into one profile (pmac.pool)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HELP = "pool several probes of one machine (or refit one) into a profile: every repetition, one statistic"
+
+
+def add_arguments(p):
+    p.add_argument("profiles", nargs="+", metavar="PROFILE.yaml",
+                   help="probed profiles of one machine (same host, CPU and cores), each with its raw sidecar")
+    p.add_argument("--name", required=True, help="the pooled profile's name: writes OUT_DIR/NAME.yaml and NAME.raw.npz")
+    p.add_argument("--statistic", choices=("best", "median"), default="best",
+                   help="each memory and compute point at the median of its fastest few repetitions (best: as pmac "
+                        "probe) or of all of them (median: the machine as it typically ran over the probes' span)")
+    p.add_argument("--out-dir", default="machines", help="directory for the profile (default: machines)")
+
+
+def run(args) -> int:
+    from ..errors import InputError
+    from ..pool import pool
+    from ..probe import write_pair
+    from ..schema import ensure_folder
+
+    if not args.name or "/" in args.name or args.name.startswith("."):
+        raise InputError(f"invalid machine name {args.name!r} (a plain file name, no '/')")
+    out = Path(args.out_dir) / f"{args.name}.yaml"
+    ensure_folder(out.parent, "output directory", try_write=True)
+    if any(Path(p).resolve() == out.resolve() for p in args.profiles):
+        raise InputError("the pooled profile would overwrite one of its inputs: choose another --name or --out-dir",
+                         path=out)
+    prof, raw = pool(args.profiles, name=args.name, statistic=args.statistic,
+                     command="pmac " + " ".join(sys.argv[1:]))
+    prof = write_pair(prof, raw, out)
+    n = raw["compute"].groupby(["probe", "param"]).size()
+    print(f"wrote {out} and {prof.raw_file}: {len(args.profiles)} probe(s) pooled, each point at the median of "
+          f"{'its fastest repetitions' if args.statistic == 'best' else 'all its repetitions'} "
+          f"({int(n.min())}-{int(n.max())} repetitions a compute point)")
+    node = prof.node
+    print(f"  scalar {node.compute.flop_per_s_scalar / 1e9:.2f} Gflop/s, SIMD {node.compute.flop_per_s_simd / 1e9:.2f}; "
+          f"memory load bandwidth 1 core {node.memory.bandwidth_1core_bytes_per_s.get('load_unit', 0) / 1e9:.1f} GB/s"
+          + (f"; overlap beta {prof.overlap.params.get('beta', float('nan')):.3f}" if prof.overlap else ""))
+    return 0

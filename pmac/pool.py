@@ -1,0 +1,176 @@
+"""Refitting a profile from its raw repetitions, and pooling several probes of one machine.
+
+A probed profile keeps every repetition in its raw sidecar (pmac.profile.RAW_TABLES); its YAML
+holds what ``pmac probe`` fitted from them with one statistic: each memory and compute point at
+the median of its fastest few repetitions (the probe's stop rule, ``best``). Two things here:
+
+- :func:`refit`: the profile fitted again from a raw sidecar, with either statistic: ``best`` (as
+  ``pmac probe``) or ``median`` (each point at the median of ALL its repetitions: the machine as it
+  typically ran during the probe, neighbours on a shared host included, rather than what its
+  hardware does undisturbed). Node (bandwidth and latency curves, cache levels and plateaus,
+  compute rates, instruction-fetch model), overlap model (its probe points at the same statistic)
+  and network (links and collectives; the network fit already takes medians of all repetitions).
+  An overlap model calibrated on applications' bursts too (bench/calibrate_overlap) is kept: the
+  sidecar holds only the probe's points.
+  The cache list comes from the profile's provenance (``os_caches``, what the OS said at probe
+  time), so a profile refits on any machine.
+- :func:`pool`: several probes of ONE machine (same host, CPU and core count) taken at different
+  times, their repetitions concatenated point by point and refitted: a profile that describes the
+  machine over the whole span, e.g. probes interleaved with an application's runs on a shared
+  host (``bench/accuracy --interleave``). ``pmac pool`` writes it with its own sidecar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from .errors import InputError
+from .profile import RAW_TABLES, MachineProfile, load_profile, load_raw
+
+STATISTICS = ("best", "median")
+
+#: a window larger than any point's repetitions: ``best`` over it is every repetition
+_EVERYTHING = 1 << 62
+
+
+def pool_raw(raws: Sequence[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    """The raw tables of several probes as one: each table concatenated, and each point's
+    repetitions numbered again (0, 1, ...) in the order of ``raws`` (a point is a row's values
+    except ``rep`` and the measured value, the table's last column). Tables only some probes
+    have are pooled from those."""
+    out: dict[str, pd.DataFrame] = {}
+    names = list(dict.fromkeys(k for r in raws for k in r))
+    for name in names:
+        frames = [r[name].sort_values("rep", kind="stable") for r in raws if r.get(name) is not None]
+        df = pd.concat(frames, ignore_index=True)
+        spec = RAW_TABLES.get(name)
+        cols = [c for c, _ in spec.columns] if spec else list(df.columns)
+        point = [c for c in cols[:-1] if c != "rep"]
+        if "rep" in df.columns and len(df):
+            df["rep"] = df.groupby(point, sort=False).cumcount()
+        out[name] = spec.coerce(df) if spec else df
+    return out
+
+
+def _os_view(profile: MachineProfile):
+    """The OS's cache list when the profile was probed (provenance ``os_caches``), with its source."""
+    from .fit import OsCache, os_caches
+
+    rec = profile.provenance.get("os_caches")
+    if isinstance(rec, dict) and rec.get("levels") is not None:
+        return [OsCache(**lv) for lv in rec["levels"]], str(rec.get("source", "sysfs"))
+    from .profile import not_this_machine
+
+    if (why := not_this_machine(profile)):
+        raise InputError(f"profile '{profile.name}': its provenance has no os_caches to refit the cache levels "
+                         f"with, and this machine's cache list does not describe it ({why})")
+    return os_caches(profile.node.n_cores)
+
+
+def refit(profile: MachineProfile, raw: dict[str, pd.DataFrame], *, statistic: str = "best") -> MachineProfile:
+    """``profile`` fitted again from ``raw`` (its own sidecar, or pooled ones: :func:`pool_raw`)
+    with ``statistic`` (module docstring). What ``raw`` lacks the profile keeps; the node needs
+    the ``bandwidth`` and ``compute`` tables (InputError otherwise)."""
+    from .fit import curves_from_raw, fit_node, latency_from_raw
+    from .probe import COMPUTE_BEST, compute_model, fetch_model
+
+    if statistic not in STATISTICS:
+        raise InputError(f"unknown statistic {statistic!r} ({', '.join(STATISTICS)})")
+    node = profile.node
+    if node is None or raw.get("bandwidth") is None or raw.get("compute") is None:
+        raise InputError(f"profile '{profile.name}': no raw bandwidth and compute repetitions to refit from")
+    mem = (profile.provenance.get("parameters") or {}).get("memory") or {}
+    if statistic == "best":
+        window, rule, best = int(mem.get("window", 5)), str(mem.get("stop_rule", "best")), COMPUTE_BEST
+    else:
+        window, rule, best = _EVERYTHING, "best", None
+    curves = curves_from_raw(raw["bandwidth"], window=window, rule=rule)
+    latency = latency_from_raw(raw["latency"], window=window, rule=rule) if raw.get("latency") is not None else None
+    oc, src = _os_view(profile)
+    fit = fit_node(curves, latency, n_cores=node.n_cores, os_view=oc, os_source=src)
+    # the rates from the repetitions; what names the machine (ISA, clock) stays the node's
+    comp = dataclasses.replace(compute_model(raw["compute"], {"cpu_name": "", "llvmlite": ""}, best=best),
+                               isa=node.compute.isa, clock_hz=node.compute.clock_hz)
+    fetch = node.fetch
+    fp = profile.provenance.get("fetch_probe") or {}
+    if fetch is not None and raw.get("fetch") is not None and "miss_footprint_bytes" in fp:
+        fetch = fetch_model(raw["fetch"], {"size_bytes": fetch.l1i_size_bytes, "line_bytes": fetch.l1i_line_bytes,
+                                           "ways": fetch.l1i_ways},
+                            baseline_bytes=int(fp["baseline_footprint_bytes"]),
+                            miss_bytes=int(fp["miss_footprint_bytes"]), source=fetch.source)
+    out = dataclasses.replace(profile, node=dataclasses.replace(
+        node, caches=fit.caches, memory=fit.memory, compute=comp, fetch=fetch, bandwidth_curves=tuple(curves),
+        latency_curve=latency))
+    probe_only = profile.overlap is None or all(k.startswith("probe:") for k in profile.overlap.calibrated_on)
+    if raw.get("overlap") is not None and len(raw["overlap"]) and probe_only:
+        from .overlap import calibrate, samples_from_probe
+
+        out = dataclasses.replace(out, overlap=calibrate(samples_from_probe(
+            MachineProfile(name=profile.name, node=out.node), raw["overlap"], best=5 if statistic == "best" else None)))
+    return _refit_network(out, raw)
+
+
+def _refit_network(profile: MachineProfile, raw: dict[str, pd.DataFrame]) -> MachineProfile:
+    """The main network and its thread-level variants fitted again from their raw tables (as
+    pmac probe fits them: pmac.probe_network.model_from_record); those without tables kept."""
+    from .probe_network import model_from_record
+
+    def again(net, suffix: str):
+        pp = raw.get("pingpong" + suffix)
+        if net is None or pp is None or pp.empty:
+            return net
+        tables = {"pingpong": pp}
+        if raw.get("collective" + suffix) is not None:
+            tables["collective"] = raw["collective" + suffix]
+        new = model_from_record(tables, {"mpi_library": net.mpi_library, "thread_level": net.thread_level})
+        return dataclasses.replace(new, topology=net.topology)
+
+    variants = tuple(again(v, f"_{v.thread_level}") for v in profile.network_variants)
+    return dataclasses.replace(profile, network=again(profile.network, ""), network_variants=variants)
+
+
+def _machine_of(profile: MachineProfile) -> tuple:
+    return profile.provenance.get("host"), profile.cpu_model, profile.node.n_cores if profile.node else None
+
+
+def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
+         command: str | None = None) -> tuple[MachineProfile, dict[str, pd.DataFrame]]:
+    """(profile, raw tables) of the probes ``paths`` pooled (module docstring): every probe of one
+    machine, each with its raw sidecar. The newest probe gives what is not refitted (description,
+    provenance of the probe), the provenance records the inputs (file, sha256, probe time) and the
+    statistic. InputError naming the file for a probe of another machine or without a sidecar."""
+    from .schema import provenance, sha256_file
+
+    if not paths:
+        raise InputError("pool: no profiles given")
+    profs, raws = [], []
+    for p in paths:
+        prof = load_profile(p)
+        raw = load_raw(prof, p)
+        if prof.node is None or raw.get("bandwidth") is None or raw.get("compute") is None:
+            raise InputError("not a probed profile (no node with raw bandwidth and compute repetitions)", path=p)
+        if profs and _machine_of(prof) != _machine_of(profs[0]):
+            h, c, n = _machine_of(prof)
+            h0, c0, n0 = _machine_of(profs[0])
+            raise InputError(f"probed on host {h!r}, CPU {c!r}, {n} cores; {paths[0]} on host {h0!r}, CPU {c0!r}, "
+                             f"{n0} cores: only probes of one machine pool", path=p)
+        profs.append(prof)
+        raws.append(raw)
+    newest = max(range(len(profs)), key=lambda i: str(profs[i].provenance.get("created_utc", "")))
+    base = profs[newest]
+    raw = pool_raw(raws)
+    fitted = refit(dataclasses.replace(base, name=name), raw, statistic=statistic)
+    keep = {k: v for k, v in base.provenance.items() if k not in ("created_utc", "command", "pmac_version", "python")}
+    keep.pop("inputs_sha256", None)
+    prov = provenance(command=command, **keep)
+    prov["pooled_from"] = [{"file": str(p), "sha256": sha256_file(p), "probed_utc": pr.provenance.get("created_utc"),
+                            "command": pr.provenance.get("command")} for p, pr in zip(paths, profs)]
+    prov["statistic"] = statistic
+    prov["warnings"] = list(dict.fromkeys(w for pr in profs for w in pr.provenance.get("warnings", [])))
+    fitted = dataclasses.replace(fitted, provenance=prov, raw_file=None, raw_sha256=None,
+                                 description=f"{len(profs)} probes pooled ({statistic}): {base.description}")
+    return fitted, raw

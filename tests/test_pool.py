@@ -1,0 +1,188 @@
+"""pmac.pool and ``pmac pool``: profiles refitted from their raw repetitions, probes of one machine
+pooled. The shipped probed profiles (machines/xeon-vm.yaml, machines/devbox.yaml, with their
+sidecars) are the data: refitting with pmac probe's own statistic must give back what pmac probe
+wrote, and the median statistic is checked against medians computed here from the raw rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pmac.errors import InputError
+from pmac.overlap import samples_from_probe
+from pmac.pool import pool, pool_raw, refit
+from pmac.profile import load_profile, load_raw
+
+REPO = Path(__file__).resolve().parents[1]
+MACHINES = REPO / "machines"
+
+
+def _load(name: str):
+    path = MACHINES / f"{name}.yaml"
+    prof = load_profile(path)
+    return prof, load_raw(prof, path)
+
+
+def _copy(name: str, to: Path) -> Path:
+    to.mkdir(parents=True, exist_ok=True)
+    for suffix in (".yaml", ".raw.npz"):
+        shutil.copy(MACHINES / f"{name}{suffix}", to / f"{name}{suffix}")
+    return to / f"{name}.yaml"
+
+
+def _same(a, b) -> bool:
+    """Equal dataclasses, floats to 1e-12 relative (a least-squares fit over the same rows in
+    another order differs in the last bits)."""
+    from pmac.schema import to_dict
+
+    def flat(x):
+        if isinstance(x, dict):
+            return [f for key in sorted(x) for f in [key] + flat(x[key])]
+        if isinstance(x, (list, tuple)):
+            return [f for y in x for f in flat(y)]
+        return [x]
+    fa, fb = flat(to_dict(a)), flat(to_dict(b))
+    return len(fa) == len(fb) and all(
+        (isinstance(u, float) and isinstance(v, float) and v == pytest.approx(u, rel=1e-12)) or u == v
+        for u, v in zip(fa, fb))
+
+
+@pytest.mark.parametrize("name", ["xeon-vm", "devbox"])
+def test_refit_with_the_probes_statistic_gives_back_the_probed_profile(name):
+    """refit(statistic='best') from the sidecar: node (curves, caches, plateaus, compute, fetch)
+    and network (links, collectives, the thread-level variant) exactly as pmac probe fitted them;
+    the devbox (a Zen 3 this machine is not) from the cache list in its provenance. The shipped
+    overlap models were calibrated on applications too (bench/calibrate_overlap): kept."""
+    prof, raw = _load(name)
+    again = refit(prof, raw, statistic="best")
+    assert again.node == prof.node
+    assert _same(again.network, prof.network) and again.network != dataclasses.replace(prof.network, mpi_library="x")
+    assert len(again.network_variants) == 1 and _same(again.network_variants[0], prof.network_variants[0])
+    assert any(not k.startswith("probe:") for k in prof.overlap.calibrated_on) and again.overlap == prof.overlap
+
+
+def test_refit_at_the_median_takes_every_repetition():
+    """refit(statistic='median'): each compute rate the median of all its rows, each curve point the
+    median of all its repetitions (hand-computed here), rates never above the best-of ones, times
+    never below; ISA and clock kept; a probe-only overlap model recalibrated on the overlap points
+    at the median of all their repetitions (samples_from_probe(best=None))."""
+    prof, raw = _load("xeon-vm")
+    med = refit(prof, raw, statistic="median")
+    comp = raw["compute"]
+    assert med.node.compute.flop_per_s_scalar == pytest.approx(
+        float(np.median(comp[comp["probe"] == "flop_scalar"]["value"])), rel=1e-12)
+    assert med.node.compute.flop_per_s_scalar <= prof.node.compute.flop_per_s_scalar
+    assert med.node.compute.chain_add_s >= prof.node.compute.chain_add_s
+    bw = raw["bandwidth"]
+    unit = bw[(bw["access"] == "load_unit") & (bw["n_cores"] == 1)]
+    curve = next(c for c in med.node.bandwidth_curves if c.access == "load_unit" and c.n_cores == 1)
+    want = unit.groupby("working_set_bytes")["bandwidth_bytes_per_s"].median()
+    assert np.allclose(curve.bandwidth_bytes_per_s, want.to_numpy(), rtol=1e-12)
+    assert med.node.compute.isa == prof.node.compute.isa and med.node.compute.clock_hz == prof.node.compute.clock_hz
+    assert med.name == prof.name and med.overlap == prof.overlap       # calibrated on applications: kept
+    # a profile whose overlap model came from the probe alone (as pmac probe writes it): refitted
+    probe_only = refit(dataclasses.replace(prof, overlap=None), raw, statistic="median")
+    assert all(k.startswith("probe:") for k in probe_only.overlap.calibrated_on)
+    ov = raw["overlap"]
+    s = samples_from_probe(probe_only, ov, best=None).set_index("case")
+    g = ov[(ov["working_set_bytes"] == 1048576) & (ov["chains"] == 4)]["time_s"]
+    assert s.loc["probe:1048576B:4chains", "measured_s"] == pytest.approx(float(np.median(g)), rel=1e-12)
+    assert samples_from_probe(probe_only, ov).set_index("case").loc["probe:1048576B:4chains", "measured_s"] == \
+        pytest.approx(float(np.median(np.sort(g)[:5])), rel=1e-12)
+    with pytest.raises(InputError, match="no raw bandwidth and compute repetitions to refit from"):
+        refit(prof, {}, statistic="median")
+    with pytest.raises(InputError, match="unknown statistic 'mean'"):
+        refit(prof, raw, statistic="mean")
+    # without the OS's cache list in its provenance, only this machine's list can serve, and only
+    # for a profile of this machine
+    bare = dataclasses.replace(prof, provenance={k: v for k, v in prof.provenance.items() if k != "os_caches"})
+    foreign = dataclasses.replace(bare, provenance={**bare.provenance, "host": "elsewhere"})
+    with pytest.raises(InputError, match="no os_caches to refit the cache levels with, and this machine's cache list "
+                                         "does not describe it \\(probed on host 'elsewhere'"):
+        refit(foreign, raw)
+
+
+def test_pool_raw_numbers_each_points_repetitions_again():
+    """pool_raw: tables concatenated, each point's repetitions numbered 0.. in the probes' order
+    (the first probe's first), a table only one probe has kept as it is."""
+    a = {"compute": pd.DataFrame({"probe": ["flop_scalar"] * 2 + ["divsqrt"], "param": [64.0, 64.0, 64.0],
+                                  "rep": [1, 0, 0], "value": [2.0, 1.0, 5.0]})}
+    b = {"compute": pd.DataFrame({"probe": ["flop_scalar"], "param": [64.0], "rep": [0], "value": [3.0]}),
+         "latency": pd.DataFrame({"working_set_bytes": [4096], "rep": [0], "latency_s": [1e-9]})}
+    out = pool_raw([a, b])
+    c = out["compute"]
+    fs = c[c["probe"] == "flop_scalar"].sort_values("rep")
+    assert fs["value"].tolist() == [1.0, 2.0, 3.0] and fs["rep"].tolist() == [0, 1, 2]
+    assert c[c["probe"] == "divsqrt"]["rep"].tolist() == [0]
+    assert out["latency"]["latency_s"].tolist() == [1e-9] and str(c["rep"].dtype) == "int32"
+
+
+def test_pool_of_two_probes(tmp_path):
+    """pool: the same probe twice at the median gives the single probe's median refit (the median
+    of a list doubled is its median); at the probe's statistic each compute point is the median of
+    the five fastest of the doubled repetitions (hand-computed). The provenance names both inputs,
+    keeps the machine's host and CPU (so it still describes this machine) and the statistic."""
+    a, b = _copy("xeon-vm", tmp_path / "a"), _copy("xeon-vm", tmp_path / "b")
+    prof, raw = _load("xeon-vm")
+    pooled, praw = pool([a, b], name="both", statistic="median")
+    assert pooled.node == refit(prof, raw, statistic="median").node and pooled.name == "both"
+    assert len(praw["compute"]) == 2 * len(raw["compute"])
+    best, _ = pool([a, b], name="both")
+    v = raw["compute"][raw["compute"]["probe"] == "flop_scalar"]["value"].to_numpy()
+    assert best.node.compute.flop_per_s_scalar == pytest.approx(
+        float(np.median(np.sort(np.concatenate([v, v]))[::-1][:5])), rel=1e-12)
+    prov = pooled.provenance
+    assert [p["file"] for p in prov["pooled_from"]] == [str(a), str(b)] and prov["statistic"] == "median"
+    assert prov["pooled_from"][0]["probed_utc"] == prof.provenance["created_utc"]
+    assert (prov["host"], prov["cpu_model"]) == (prof.provenance["host"], prof.provenance["cpu_model"])
+    assert prov["os_caches"] == prof.provenance["os_caches"]
+
+
+def test_pool_refuses_probes_of_two_machines(tmp_path):
+    """The Xeon VM and the Zen 3 devbox (same host name, another CPU) do not pool: the error names
+    the file and both machines; a profile without a sidecar is named too."""
+    x, d = _copy("xeon-vm", tmp_path), _copy("devbox", tmp_path)
+    with pytest.raises(InputError) as err:
+        pool([x, d], name="mixed")
+    msg = str(err.value)
+    assert msg.startswith(str(d)) and "only probes of one machine pool" in msg and "AMD EPYC" in msg
+    bare = tmp_path / "bare.yaml"
+    shutil.copy(MACHINES / "skylakesp-gold6148.yaml", bare)
+    with pytest.raises(InputError, match="not a probed profile"):
+        pool([x, bare], name="mixed")
+
+
+def _pmac(*args):
+    return subprocess.run([sys.executable, "-m", "pmac", *args], capture_output=True, text=True, timeout=120,
+                          cwd=REPO)
+
+
+def test_pmac_pool_writes_a_profile_with_its_sidecar(tmp_path):
+    """pmac pool writes NAME.yaml and NAME.raw.npz (sha256 recorded and checked on loading), pmac
+    show reads it; bad input is one line naming the file, exit 2, the existing output untouched;
+    an output that is one of the inputs is refused."""
+    a, b = _copy("xeon-vm", tmp_path / "a"), _copy("xeon-vm", tmp_path / "b")
+    out = tmp_path / "out"
+    r = _pmac("pool", str(a), str(b), "--name", "both", "--statistic", "median", "--out-dir", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"wrote {out / 'both.yaml'} and both.raw.npz: 2 probe(s) pooled, each point at the "
+                               "median of all its repetitions")
+    prof = load_profile(out / "both.yaml")
+    raw = load_raw(prof, out / "both.yaml")
+    assert prof.raw_file == "both.raw.npz" and len(raw["bandwidth"]) == 2 * len(_load("xeon-vm")[1]["bandwidth"])
+    assert _pmac("show", str(out / "both.yaml")).returncode == 0
+    before = (out / "both.yaml").read_bytes()
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: pmac.machine\nschema_version: [\n")
+    r = _pmac("pool", str(a), str(broken), "--name", "both", "--out-dir", str(out))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and str(broken) in r.stderr
+    assert (out / "both.yaml").read_bytes() == before
+    r = _pmac("pool", str(a), str(b), "--name", "xeon-vm", "--out-dir", str(a.parent))
+    assert r.returncode == 2 and "would overwrite one of its inputs" in r.stderr
