@@ -344,17 +344,28 @@ def _ending(v: np.ndarray, window: int, rule: str, larger_is_better: bool) -> np
     return s[::-1][:window] if larger_is_better else s[:window]
 
 
-def curves_from_raw(bandwidth: "pd.DataFrame", *, window: int = 5, rule: str = "best") -> list[BandwidthCurve]:  # noqa: F821
+def at_slow_quantile(values, q: float, *, larger_is_better: bool) -> float:
+    """The value that a share ``q`` of the repetitions is at least as fast as (0.5: the median; a
+    rate at its 1 - q quantile, a time at its q quantile): the machine's speed at the q-th slowest
+    moment of a probe on a shared host."""
+    return float(np.quantile(np.asarray(values, dtype=float), 1.0 - q if larger_is_better else q))
+
+
+def curves_from_raw(bandwidth: "pd.DataFrame", *, window: int = 5, rule: str = "best",  # noqa: F821
+                    slow_quantile: float | None = None) -> list[BandwidthCurve]:
     """Curves from the raw ``bandwidth`` table: per point the median (and relative spread) of
-    the ``window`` repetitions that ended it under the stop rule (``best``: the fastest)."""
+    the ``window`` repetitions that ended it under the stop rule (``best``: the fastest); with
+    ``slow_quantile``, each point at that quantile of all its repetitions (:func:`at_slow_quantile`)
+    and the spread of all of them."""
     out = []
     for (access, k), g in bandwidth.groupby(["access", "n_cores"], sort=False):
         xs, ys, sp = [], [], []
         for ws, gg in g.groupby("working_set_bytes", sort=True):
             v = gg.sort_values("rep")["bandwidth_bytes_per_s"].to_numpy()
-            tail = _ending(v, window, rule, True)
+            tail = v if slow_quantile is not None else _ending(v, window, rule, True)
             xs.append(float(ws))
-            ys.append(float(np.median(tail)))
+            ys.append(float(np.median(tail)) if slow_quantile is None
+                      else at_slow_quantile(v, slow_quantile, larger_is_better=True))
             sp.append(float((tail.max() - tail.min()) / np.median(tail)))
         out.append(BandwidthCurve(access=str(access), n_cores=int(k), working_set_bytes=tuple(xs),
                                   bandwidth_bytes_per_s=tuple(ys), spread_frac=tuple(sp)))
@@ -362,11 +373,14 @@ def curves_from_raw(bandwidth: "pd.DataFrame", *, window: int = 5, rule: str = "
     return sorted(out, key=lambda c: (c.n_cores, order.get(c.access, 99)))
 
 
-def latency_from_raw(latency: "pd.DataFrame", *, window: int = 5, rule: str = "best") -> LatencyCurve:  # noqa: F821
-    """Latency curve: per size the median of the repetitions that ended it (``best``: the shortest)."""
+def latency_from_raw(latency: "pd.DataFrame", *, window: int = 5, rule: str = "best",  # noqa: F821
+                     slow_quantile: float | None = None) -> LatencyCurve:
+    """Latency curve: per size the median of the repetitions that ended it (``best``: the shortest);
+    with ``slow_quantile``, that quantile of all of them (:func:`at_slow_quantile`)."""
     xs, ys = [], []
     for ws, g in latency.groupby("working_set_bytes", sort=True):
         v = g.sort_values("rep")["latency_s"].to_numpy()
         xs.append(float(ws))
-        ys.append(float(np.median(_ending(v, window, rule, False))))
+        ys.append(float(np.median(_ending(v, window, rule, False))) if slow_quantile is None
+                  else at_slow_quantile(v, slow_quantile, larger_is_better=False))
     return LatencyCurve(working_set_bytes=tuple(xs), latency_s=tuple(ys))

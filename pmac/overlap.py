@@ -33,6 +33,7 @@ import pandas as pd
 
 from .convolve import burst_arrays, machine_coeffs
 from .errors import InputError, MissingSectionError
+from .fit import at_slow_quantile
 from .phases import convolve_phases, phases_of
 from .profile import MachineProfile, OverlapModel
 from .signature import Signature
@@ -108,15 +109,16 @@ def samples_from_signature(sig: Signature, profile: MachineProfile, *, active_co
     return df[list(SAMPLE_COLUMNS)]
 
 
-def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, best: int | None = 5) -> pd.DataFrame:
+def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, slow_quantile: float | None = None
+                       ) -> pd.DataFrame:
     """Samples of the overlap probe (raw table ``overlap``; probes/memory.py measure_overlap).
 
     Per (working set, r chains): ``a[i] = f_r(b[i])`` over n elements, priced as the convolver
     prices a unit-stride sweep of the level the working set fits in (8n bytes loaded, 8n stored,
     at the level's one-core plateaus) and its flop (16 r + (r - 1) per element, independent
     8-long chains as in the flop_simd probe, vectorised) at the SIMD rate; measured: the median of
-    the ``best`` fastest repetitions (the probe's stop rule; None: of all of them, for a profile
-    refitted at the median, pmac.pool.refit). Each point is its own group in the fit, so every
+    five fastest repetitions (the probe's stop rule), or with ``slow_quantile`` that quantile of all
+    of them (pmac.fit.at_slow_quantile: for a profile refitted so, pmac.pool.refit). Each point is its own group in the fit, so every
     balance of memory and compute counts equally.
     """
     if overlap is None or len(overlap) == 0:
@@ -130,7 +132,9 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, best: 
         memory_s = 8.0 * n / mc.load_bandwidth_bytes_per_s[level] + 8.0 * n / mc.store_bandwidth_bytes_per_s[level]
         flop = 16 * r + (r - 1) if r > 0 else 0
         compute_s = flop * n / mc.flop_per_s_simd
-        measured = float(np.median(np.sort(g["time_s"].to_numpy())[:best]))
+        t = g["time_s"].to_numpy()
+        measured = (float(np.median(np.sort(t)[:5])) if slow_quantile is None
+                    else at_slow_quantile(t, slow_quantile, larger_is_better=False))
         key = f"probe:{int(ws)}B:{int(r)}chains"
         rows.append(dict(app=key, case=key, rank=0, seq=0, memory_s=memory_s, compute_s=compute_s,
                          max_s=max(memory_s, compute_s), min_s=min(memory_s, compute_s), measured_s=measured))

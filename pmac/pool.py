@@ -4,10 +4,14 @@ A probed profile keeps every repetition in its raw sidecar (pmac.profile.RAW_TAB
 holds what ``pmac probe`` fitted from them with one statistic: each memory and compute point at
 the median of its fastest few repetitions (the probe's stop rule, ``best``). Two things here:
 
-- :func:`refit`: the profile fitted again from a raw sidecar, with either statistic: ``best`` (as
-  ``pmac probe``) or ``median`` (each point at the median of ALL its repetitions: the machine as it
+- :func:`refit`: the profile fitted again from a raw sidecar, with a statistic: ``best`` (as
+  ``pmac probe``), ``median`` (each point at the median of ALL its repetitions: the machine as it
   typically ran during the probe, neighbours on a shared host included, rather than what its
-  hardware does undisturbed). Node (bandwidth and latency curves, cache levels and plateaus,
+  hardware does undisturbed) or a slow quantile q (the value a share q of the repetitions is at
+  least as fast as; 0.5 is the median). Why a quantile: on a host whose cores are slowed one at a
+  time for seconds to minutes, longer than a run, an n-rank run takes as long as its slowest rank,
+  and the median of the slowest of n independent cores is each core's 0.5 ** (1 / n) quantile
+  (0.71 for two ranks). Node (bandwidth and latency curves, cache levels and plateaus,
   compute rates, instruction-fetch model), overlap model (its probe points at the same statistic)
   and network (links and collectives; the network fit already takes medians of all repetitions).
   An overlap model calibrated on applications' bursts too (bench/calibrate_overlap) is kept: the
@@ -31,10 +35,25 @@ import pandas as pd
 from .errors import InputError
 from .profile import RAW_TABLES, MachineProfile, load_profile, load_raw
 
+#: the named statistics; a number q in (0, 1) is a statistic too: each point at the value a share
+#: q of its repetitions is at least as fast as (pmac.fit.at_slow_quantile; ``median`` is 0.5)
 STATISTICS = ("best", "median")
 
-#: a window larger than any point's repetitions: ``best`` over it is every repetition
-_EVERYTHING = 1 << 62
+
+def slow_quantile_of(statistic: str | float) -> float | None:
+    """The slow quantile a statistic names: None for ``best`` (pmac probe's rule), 0.5 for
+    ``median``, q for a number q in (0, 1); InputError otherwise."""
+    if statistic == "best":
+        return None
+    if statistic == "median":
+        return 0.5
+    try:
+        q = float(statistic)
+    except (TypeError, ValueError):
+        q = None
+    if q is None or not 0.0 < q < 1.0:
+        raise InputError(f"unknown statistic {statistic!r} (best, median, or a quantile between 0 and 1)")
+    return q
 
 
 def pool_raw(raws: Sequence[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
@@ -78,22 +97,20 @@ def refit(profile: MachineProfile, raw: dict[str, pd.DataFrame], *, statistic: s
     from .fit import curves_from_raw, fit_node, latency_from_raw
     from .probe import COMPUTE_BEST, compute_model, fetch_model
 
-    if statistic not in STATISTICS:
-        raise InputError(f"unknown statistic {statistic!r} ({', '.join(STATISTICS)})")
+    q = slow_quantile_of(statistic)
     node = profile.node
     if node is None or raw.get("bandwidth") is None or raw.get("compute") is None:
         raise InputError(f"profile '{profile.name}': no raw bandwidth and compute repetitions to refit from")
     mem = (profile.provenance.get("parameters") or {}).get("memory") or {}
-    if statistic == "best":
-        window, rule, best = int(mem.get("window", 5)), str(mem.get("stop_rule", "best")), COMPUTE_BEST
-    else:
-        window, rule, best = _EVERYTHING, "best", None
-    curves = curves_from_raw(raw["bandwidth"], window=window, rule=rule)
-    latency = latency_from_raw(raw["latency"], window=window, rule=rule) if raw.get("latency") is not None else None
+    window, rule = int(mem.get("window", 5)), str(mem.get("stop_rule", "best"))
+    curves = curves_from_raw(raw["bandwidth"], window=window, rule=rule, slow_quantile=q)
+    latency = (latency_from_raw(raw["latency"], window=window, rule=rule, slow_quantile=q)
+               if raw.get("latency") is not None else None)
     oc, src = _os_view(profile)
     fit = fit_node(curves, latency, n_cores=node.n_cores, os_view=oc, os_source=src)
     # the rates from the repetitions; what names the machine (ISA, clock) stays the node's
-    comp = dataclasses.replace(compute_model(raw["compute"], {"cpu_name": "", "llvmlite": ""}, best=best),
+    comp = dataclasses.replace(compute_model(raw["compute"], {"cpu_name": "", "llvmlite": ""}, best=COMPUTE_BEST,
+                                             slow_quantile=q),
                                isa=node.compute.isa, clock_hz=node.compute.clock_hz)
     fetch = node.fetch
     fp = profile.provenance.get("fetch_probe") or {}
@@ -110,7 +127,7 @@ def refit(profile: MachineProfile, raw: dict[str, pd.DataFrame], *, statistic: s
         from .overlap import calibrate, samples_from_probe
 
         out = dataclasses.replace(out, overlap=calibrate(samples_from_probe(
-            MachineProfile(name=profile.name, node=out.node), raw["overlap"], best=5 if statistic == "best" else None)))
+            MachineProfile(name=profile.name, node=out.node), raw["overlap"], slow_quantile=q)))
     return _refit_network(out, raw)
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError, PmacError, ProbeError, ToolMissingError
-from .fit import curves_from_raw, fit_node, latency_from_raw, os_caches
+from .fit import at_slow_quantile, curves_from_raw, fit_node, latency_from_raw, os_caches
 from .profile import RAW_TABLES, ComputeModel, FetchModel, MachineProfile, NodeModel, save_profile
 from .schema import cpu_model, ensure_folder, new_file_mode, provenance, sha256_file
 from .table import save_tables
@@ -109,22 +109,24 @@ class _ComputeRounds:
         return RAW_TABLES["compute"].coerce(df)
 
 
-def compute_model(rows: pd.DataFrame, isa: dict, *, best: int | None = COMPUTE_BEST) -> ComputeModel:
+def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
+                  slow_quantile: float | None = None) -> ComputeModel:
     """ComputeModel from the raw ``compute`` table: per point the median of its ``best`` best
     repetitions over all rounds (highest rates, lowest branch costs: a neighbour on a shared core
-    only ever makes a repetition worse), as the memory probe's stop rule does; ``best=None``: the
-    median of all of them (pmac.pool.refit)."""
+    only ever makes a repetition worse), as the memory probe's stop rule does; with
+    ``slow_quantile``, that quantile of all of them (pmac.fit.at_slow_quantile, pmac.pool.refit)."""
     from probes.memory import ending_reps
-
-    window = best if best is not None else len(rows) + 1
 
     def med(probe):
         g = rows[rows["probe"] == probe]
         if g.empty:
             raise ProbeError(f"compute probe '{probe}' produced no values")
         better = probe not in ("branch", "chain", "divmix")   # rates: larger is better; times: smaller
+        if slow_quantile is not None:
+            return g.groupby("param", sort=True)["value"].agg(
+                lambda v: at_slow_quantile(v.to_numpy(), slow_quantile, larger_is_better=better))
         return g.groupby("param", sort=True)["value"].agg(
-            lambda v: float(np.median(ending_reps(v.to_numpy(), window, "best", larger_is_better=better))))
+            lambda v: float(np.median(ending_reps(v.to_numpy(), best, "best", larger_is_better=better))))
 
     sc, sv = med("flop_scalar"), med("flop_simd")
     dep, br, miss = med("dependency"), med("branch"), med("branch_miss")

@@ -72,7 +72,7 @@ def test_refit_at_the_median_takes_every_repetition():
     """refit(statistic='median'): each compute rate the median of all its rows, each curve point the
     median of all its repetitions (hand-computed here), rates never above the best-of ones, times
     never below; ISA and clock kept; a probe-only overlap model recalibrated on the overlap points
-    at the median of all their repetitions (samples_from_probe(best=None))."""
+    at the median of all their repetitions (samples_from_probe(slow_quantile=0.5))."""
     prof, raw = _load("xeon-vm")
     med = refit(prof, raw, statistic="median")
     comp = raw["compute"]
@@ -91,15 +91,16 @@ def test_refit_at_the_median_takes_every_repetition():
     probe_only = refit(dataclasses.replace(prof, overlap=None), raw, statistic="median")
     assert all(k.startswith("probe:") for k in probe_only.overlap.calibrated_on)
     ov = raw["overlap"]
-    s = samples_from_probe(probe_only, ov, best=None).set_index("case")
+    s = samples_from_probe(probe_only, ov, slow_quantile=0.5).set_index("case")
     g = ov[(ov["working_set_bytes"] == 1048576) & (ov["chains"] == 4)]["time_s"]
     assert s.loc["probe:1048576B:4chains", "measured_s"] == pytest.approx(float(np.median(g)), rel=1e-12)
     assert samples_from_probe(probe_only, ov).set_index("case").loc["probe:1048576B:4chains", "measured_s"] == \
         pytest.approx(float(np.median(np.sort(g)[:5])), rel=1e-12)
     with pytest.raises(InputError, match="no raw bandwidth and compute repetitions to refit from"):
         refit(prof, {}, statistic="median")
-    with pytest.raises(InputError, match="unknown statistic 'mean'"):
-        refit(prof, raw, statistic="mean")
+    for bad in ("mean", "1.5", "0"):
+        with pytest.raises(InputError, match=f"unknown statistic '{bad}' \\(best, median, or a quantile between 0 and 1\\)"):
+            refit(prof, raw, statistic=bad)
     # without the OS's cache list in its provenance, only this machine's list can serve, and only
     # for a profile of this machine
     bare = dataclasses.replace(prof, provenance={k: v for k, v in prof.provenance.items() if k != "os_caches"})
@@ -107,6 +108,37 @@ def test_refit_at_the_median_takes_every_repetition():
     with pytest.raises(InputError, match="no os_caches to refit the cache levels with, and this machine's cache list "
                                          "does not describe it \\(probed on host 'elsewhere'"):
         refit(foreign, raw)
+
+
+def test_refit_at_a_slow_quantile():
+    """refit(statistic='0.75'): each point at the value three quarters of its repetitions are at
+    least as fast as: a rate at its 25th percentile, a time (the chain's add, the latency curve) at
+    its 75th, the overlap points' times at their 75th (hand-computed with numpy here); slower than
+    the median refit, which is the quantile 0.5."""
+    from pmac.pool import slow_quantile_of
+
+    prof, raw = _load("xeon-vm")
+    q75 = refit(prof, raw, statistic="0.75")
+    med = refit(prof, raw, statistic="median")
+    comp = raw["compute"]
+    rate = comp[comp["probe"] == "flop_scalar"]["value"].to_numpy()
+    add = comp[(comp["probe"] == "chain") & (comp["param"] == 0.0)]["value"].to_numpy()
+    assert q75.node.compute.flop_per_s_scalar == pytest.approx(float(np.percentile(rate, 25)), rel=1e-12)
+    assert q75.node.compute.chain_add_s == pytest.approx(float(np.percentile(add, 75)), rel=1e-12)
+    assert q75.node.compute.flop_per_s_scalar <= med.node.compute.flop_per_s_scalar
+    lat = raw["latency"]
+    first = lat[lat["working_set_bytes"] == lat["working_set_bytes"].min()]["latency_s"].to_numpy()
+    assert q75.node.latency_curve.latency_s[0] == pytest.approx(float(np.percentile(first, 75)), rel=1e-12)
+    bw = raw["bandwidth"]
+    unit = bw[(bw["access"] == "store") & (bw["n_cores"] == 1)]
+    curve = next(c for c in q75.node.bandwidth_curves if c.access == "store" and c.n_cores == 1)
+    want = unit.groupby("working_set_bytes")["bandwidth_bytes_per_s"].quantile(0.25)
+    assert np.allclose(curve.bandwidth_bytes_per_s, want.to_numpy(), rtol=1e-12)
+    ov = raw["overlap"]
+    g = ov[(ov["working_set_bytes"] == 1048576) & (ov["chains"] == 0)]["time_s"]
+    s = samples_from_probe(q75, ov, slow_quantile=0.75).set_index("case")
+    assert s.loc["probe:1048576B:0chains", "measured_s"] == pytest.approx(float(np.percentile(g, 75)), rel=1e-12)
+    assert [slow_quantile_of(x) for x in ("best", "median", "0.71", 0.25)] == [None, 0.5, 0.71, 0.25]
 
 
 def test_pool_raw_numbers_each_points_repetitions_again():

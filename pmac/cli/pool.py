@@ -13,17 +13,20 @@ def add_arguments(p):
     p.add_argument("profiles", nargs="+", metavar="PROFILE.yaml",
                    help="probed profiles of one machine (same host, CPU and cores), each with its raw sidecar")
     p.add_argument("--name", required=True, help="the pooled profile's name: writes OUT_DIR/NAME.yaml and NAME.raw.npz")
-    p.add_argument("--statistic", choices=("best", "median"), default="best",
+    p.add_argument("--statistic", default="best",
                    help="each memory and compute point at the median of its fastest few repetitions (best: as pmac "
-                        "probe) or of all of them (median: the machine as it typically ran over the probes' span)")
+                        "probe), of all of them (median: the machine as it typically ran over the probes' span), or a "
+                        "number q in (0, 1): the value a share q of them is at least as fast as (pmac.pool)")
     p.add_argument("--out-dir", default="machines", help="directory for the profile (default: machines)")
 
 
 def run(args) -> int:
     from ..errors import InputError
-    from ..pool import pool
+    from ..pool import pool, slow_quantile_of
     from ..probe import write_pair
     from ..schema import ensure_folder
+
+    slow_quantile_of(args.statistic)        # an unknown statistic fails before any file is read
 
     if not args.name or "/" in args.name or args.name.startswith("."):
         raise InputError(f"invalid machine name {args.name!r} (a plain file name, no '/')")
@@ -36,8 +39,9 @@ def run(args) -> int:
                      command="pmac " + " ".join(sys.argv[1:]))
     prof = write_pair(prof, raw, out)
     n = raw["compute"].groupby(["probe", "param"]).size()
-    print(f"wrote {out} and {prof.raw_file}: {len(args.profiles)} probe(s) pooled, each point at the median of "
-          f"{'its fastest repetitions' if args.statistic == 'best' else 'all its repetitions'} "
+    how = {"best": "the median of its fastest repetitions", "median": "the median of all its repetitions"}.get(
+        args.statistic, f"the value a share {args.statistic} of its repetitions is at least as fast as")
+    print(f"wrote {out} and {prof.raw_file}: {len(args.profiles)} probe(s) pooled, each point at {how} "
           f"({int(n.min())}-{int(n.max())} repetitions a compute point)")
     node = prof.node
     print(f"  scalar {node.compute.flop_per_s_scalar / 1e9:.2f} Gflop/s, SIMD {node.compute.flop_per_s_simd / 1e9:.2f}; "
