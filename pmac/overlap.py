@@ -117,9 +117,9 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, slow_q
     prices a unit-stride sweep of the level the working set fits in (8n bytes loaded, 8n stored,
     at the level's one-core plateaus) and its flop (16 r + (r - 1) per element, independent
     8-long chains as in the flop_simd probe, vectorised) at the SIMD rate; measured: the median of
-    five fastest repetitions (the probe's stop rule), or with ``slow_quantile`` that quantile of all
-    of them (pmac.fit.at_slow_quantile: for a profile refitted so, pmac.pool.refit). Each point is its own group in the fit, so every
-    balance of memory and compute counts equally.
+    the five fastest repetitions (the probe's stop rule), or with ``slow_quantile`` that quantile of
+    all of them (pmac.fit.at_slow_quantile: for a profile refitted so, pmac.pool.refit). Each point
+    is its own group in the fit, so every balance of memory and compute counts equally.
     """
     if overlap is None or len(overlap) == 0:
         raise InputError("overlap calibration: the profile has no overlap-probe repetitions")

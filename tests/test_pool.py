@@ -99,7 +99,7 @@ def test_refit_at_the_median_takes_every_repetition():
     with pytest.raises(InputError, match="no raw bandwidth and compute repetitions to refit from"):
         refit(prof, {}, statistic="median")
     for bad in ("mean", "1.5", "0"):
-        with pytest.raises(InputError, match=f"unknown statistic '{bad}' \\(best, median, or a quantile between 0 and 1\\)"):
+        with pytest.raises(InputError, match=f"unknown statistic '{bad}' \\(best, median, or a quantile between 0 "):
             refit(prof, raw, statistic=bad)
     # without the OS's cache list in its provenance, only this machine's list can serve, and only
     # for a profile of this machine

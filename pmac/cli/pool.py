@@ -44,7 +44,8 @@ def run(args) -> int:
     print(f"wrote {out} and {prof.raw_file}: {len(args.profiles)} probe(s) pooled, each point at {how} "
           f"({int(n.min())}-{int(n.max())} repetitions a compute point)")
     node = prof.node
-    print(f"  scalar {node.compute.flop_per_s_scalar / 1e9:.2f} Gflop/s, SIMD {node.compute.flop_per_s_simd / 1e9:.2f}; "
+    print(f"  scalar {node.compute.flop_per_s_scalar / 1e9:.2f} Gflop/s, "
+          f"SIMD {node.compute.flop_per_s_simd / 1e9:.2f}; "
           f"memory load bandwidth 1 core {node.memory.bandwidth_1core_bytes_per_s.get('load_unit', 0) / 1e9:.1f} GB/s"
           + (f"; overlap beta {prof.overlap.params.get('beta', float('nan')):.3f}" if prof.overlap else ""))
     return 0
