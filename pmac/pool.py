@@ -180,7 +180,10 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
     newest = max(range(len(profs)), key=lambda i: str(profs[i].provenance.get("created_utc", "")))
     base = profs[newest]
     raw = pool_raw(raws)
-    fitted = refit(dataclasses.replace(base, name=name), raw, statistic=statistic)
+    try:
+        fitted = refit(dataclasses.replace(base, name=name), raw, statistic=statistic)
+    except InputError as exc:      # name the file the user gave, not the new name
+        raise InputError(str(exc).replace(f"profile '{name}': ", ""), path=paths[newest]) from None
     keep = {k: v for k, v in base.provenance.items() if k not in ("created_utc", "command", "pmac_version", "python")}
     keep.pop("inputs_sha256", None)
     prov = provenance(command=command, **keep)

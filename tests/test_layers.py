@@ -13,7 +13,8 @@ LAYERS = [
     {"signature", "fit", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace",
      "shim", "vgtool", "rawtrace"},
     {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand", "pollution", "phases"},
-    {"predict", "probe", "calibrate"},  # probe: measures, fits, calibrates (overlap; exchange by replay)
+    # probe: measures, fits, calibrates (overlap; exchange by replay); pool: fits probes again
+    {"predict", "probe", "pool", "calibrate"},
     {"sweep", "scaling", "cluster", "validate", "emulated"},
     {"report"},
     {"cli", "__main__"},

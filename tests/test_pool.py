@@ -189,6 +189,17 @@ def test_pool_refuses_probes_of_two_machines(tmp_path):
     shutil.copy(MACHINES / "skylakesp-gold6148.yaml", bare)
     with pytest.raises(InputError, match="not a probed profile"):
         pool([x, bare], name="mixed")
+    # a probe of another host without the OS's cache list in its provenance: named by its file
+    from pmac.profile import save_profile
+
+    prof = load_profile(x)
+    old = tmp_path / "old" / "xeon-vm.yaml"
+    _copy("xeon-vm", old.parent)
+    save_profile(dataclasses.replace(prof, provenance={**{k: v for k, v in prof.provenance.items()
+                                                           if k != "os_caches"}, "host": "elsewhere"}), old)
+    with pytest.raises(InputError) as err:
+        pool([old], name="renamed")
+    assert str(err.value).startswith(f"{old}: its provenance has no os_caches to refit the cache levels with")
 
 
 def _pmac(*args):
