@@ -192,5 +192,6 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
     prov["statistic"] = statistic
     prov["warnings"] = list(dict.fromkeys(w for pr in profs for w in pr.provenance.get("warnings", [])))
     fitted = dataclasses.replace(fitted, provenance=prov, raw_file=None, raw_sha256=None,
-                                 description=f"{len(profs)} probes pooled ({statistic}): {base.description}")
+                                 description=f"{len(profs)} probe{'s' if len(profs) > 1 else ''} pooled ({statistic}): "
+                                             f"{base.description}")
     return fitted, raw
