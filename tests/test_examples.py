@@ -353,15 +353,16 @@ def test_bench_accuracy_interleave_probes_around_every_block_and_pools_them(tmp_
         log.append(("probe", out.name))
         return out / f"{name}.yaml"
 
-    def measure_block(cases, cmd_of, reps, n_ranks, state):
-        log.append(("runs", reps))
+    def measure_block(cases, cmd_of, reps, n_ranks, state, label):
+        log.append(("runs", reps, label))
         return {c["name"]: [float(len(log))] * reps for c in cases}
 
     cases = [{"name": "a"}, {"name": "b"}]
     saved = tmp_path / "runs.json"
     walls, pooled, first = interleaved(cases, None, 2, None, tmp_path, "xeon-vm", reps=5, rounds=2, save=str(saved),
                                        probe=probe, measure_block=measure_block)
-    assert log == [("probe", "round-0"), ("runs", 3), ("probe", "round-1"), ("runs", 2), ("probe", "round-2")]
+    assert log == [("probe", "round-0"), ("runs", 3, " of block 1/2"), ("probe", "round-1"),
+                   ("runs", 2, " of block 2/2"), ("probe", "round-2")]
     assert walls == {"a": [2.0] * 3 + [4.0] * 2, "b": [2.0] * 3 + [4.0] * 2} and json.loads(saved.read_text()) == walls
     assert pooled == str(tmp_path / "xeon-vm.yaml") and first == str(tmp_path / "round-0" / "xeon-vm.yaml")
     prof = load_profile(pooled)
