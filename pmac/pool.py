@@ -184,8 +184,8 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
         fitted = refit(dataclasses.replace(base, name=name), raw, statistic=statistic)
     except InputError as exc:      # name the file the user gave, not the new name
         raise InputError(str(exc).replace(f"profile '{name}': ", ""), path=paths[newest]) from None
-    keep = {k: v for k, v in base.provenance.items() if k not in ("created_utc", "command", "pmac_version", "python")}
-    keep.pop("inputs_sha256", None)
+    keep = {k: v for k, v in base.provenance.items()
+            if k not in ("created_utc", "command", "pmac_version", "python", "inputs_sha256")}
     prov = provenance(command=command, **keep)
     prov["pooled_from"] = [{"file": str(p), "sha256": sha256_file(p), "probed_utc": pr.provenance.get("created_utc"),
                             "command": pr.provenance.get("command")} for p, pr in zip(paths, profs)]

@@ -31,7 +31,7 @@ import pandas as pd
 
 from .errors import InputError, PmacError, ProbeError, ToolMissingError
 from .fit import at_slow_quantile, curves_from_raw, fit_node, latency_from_raw, os_caches
-from .profile import RAW_TABLES, ComputeModel, FetchModel, MachineProfile, NodeModel, save_profile
+from .profile import RAW_TABLES, ComputeModel, FetchModel, MachineProfile, NodeModel, check_machine_name, save_profile
 from .schema import cpu_model, ensure_folder, new_file_mode, provenance, sha256_file
 from .table import save_tables
 
@@ -327,8 +327,7 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
     Under ``mpiexec`` (several ranks) every rank takes part in the network probe and only rank
     0 probes the node and writes; the other ranks return None.
     """
-    if not name or "/" in name or name.startswith("."):
-        raise InputError(f"invalid machine name {name!r} (a plain file name, no '/')")
+    check_machine_name(name)
     out_dir = Path(out_dir)
     yaml_path = out_dir / f"{name}.yaml"
     # before minutes of probing: a directory the profile cannot be written to fails now

@@ -563,6 +563,13 @@ def save_profile(profile: MachineProfile, path: str | Path) -> None:
     save_document(path, KIND, to_dict(profile))
 
 
+def check_machine_name(name: str) -> None:
+    """InputError unless ``name`` can name a profile written as DIR/NAME.yaml (and NAME.raw.npz):
+    a plain file name, not hidden."""
+    if not name or "/" in name or name.startswith("."):
+        raise InputError(f"invalid machine name {name!r} (a plain file name, no '/')")
+
+
 def not_this_machine(profile: MachineProfile) -> str | None:
     """Why ``profile`` does not describe the machine this process runs on, or None when it does:
     probed on this host (name) with this CPU (pmac.schema.cpu_model). What compares a profile's

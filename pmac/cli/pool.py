@@ -24,12 +24,12 @@ def run(args) -> int:
     from ..errors import InputError
     from ..pool import pool, slow_quantile_of
     from ..probe import write_pair
+    from ..profile import check_machine_name
     from ..schema import ensure_folder
 
     slow_quantile_of(args.statistic)        # an unknown statistic fails before any file is read
 
-    if not args.name or "/" in args.name or args.name.startswith("."):
-        raise InputError(f"invalid machine name {args.name!r} (a plain file name, no '/')")
+    check_machine_name(args.name)
     out = Path(args.out_dir) / f"{args.name}.yaml"
     ensure_folder(out.parent, "output directory", try_write=True)
     if any(Path(p).resolve() == out.resolve() for p in args.profiles):
