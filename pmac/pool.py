@@ -56,6 +56,16 @@ def slow_quantile_of(statistic: str | float) -> float | None:
     return q
 
 
+def describe(statistic: str | float) -> str:
+    """What a statistic takes of a point's repetitions, in words (for a report's line)."""
+    q = slow_quantile_of(statistic)
+    if q is None:
+        return "the median of its fastest repetitions"
+    if statistic == "median":
+        return "the median of all its repetitions"
+    return f"the value a share {q:g} of its repetitions is at least as fast as"
+
+
 def pool_raw(raws: Sequence[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
     """The raw tables of several probes as one: each table concatenated, and each point's
     repetitions numbered again (0, 1, ...) in the order of ``raws`` (a point is a row's values
@@ -64,6 +74,15 @@ def pool_raw(raws: Sequence[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]
     out: dict[str, pd.DataFrame] = {}
     names = list(dict.fromkeys(k for r in raws for k in r))
     for name in names:
+        if name == "noise":     # a series, not repetitions: the chunks follow one another
+            frames, k = [], 0
+            for r in raws:
+                if r.get(name) is not None and len(r[name]):
+                    frames.append(r[name].assign(chunk=r[name]["chunk"] + k))
+                    k = int(frames[-1]["chunk"].max()) + 1
+            if frames:
+                out[name] = RAW_TABLES[name].coerce(pd.concat(frames, ignore_index=True))
+            continue
         frames = [r[name].sort_values("rep", kind="stable") for r in raws if r.get(name) is not None]
         df = pd.concat(frames, ignore_index=True)
         spec = RAW_TABLES.get(name)
@@ -119,9 +138,13 @@ def refit(profile: MachineProfile, raw: dict[str, pd.DataFrame], *, statistic: s
                                            "ways": fetch.l1i_ways},
                             baseline_bytes=int(fp["baseline_footprint_bytes"]),
                             miss_bytes=int(fp["miss_footprint_bytes"]), source=fetch.source)
+    noise = node.noise
+    if raw.get("noise") is not None and len(raw["noise"]):
+        from .noise import WINDOW_S, fit as fit_noise
+        noise = fit_noise(raw["noise"], statistic=statistic, window_s=noise.window_s if noise else WINDOW_S)
     out = dataclasses.replace(profile, node=dataclasses.replace(
         node, caches=fit.caches, memory=fit.memory, compute=comp, fetch=fetch, bandwidth_curves=tuple(curves),
-        latency_curve=latency))
+        latency_curve=latency, noise=noise))
     probe_only = profile.overlap is None or all(k.startswith("probe:") for k in profile.overlap.calibrated_on)
     if raw.get("overlap") is not None and len(raw["overlap"]) and probe_only:
         from .overlap import calibrate, samples_from_probe

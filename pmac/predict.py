@@ -31,6 +31,12 @@ that much later; in the timeline the call's ``start_s`` includes it). Needs the 
 signature, whatever the burst source: without one nothing is added (a note says so when the
 profile has the curves).
 
+Noise (``noise=K``, pmac.noise): with K > 0 and a profile that has ``node.noise`` (the noise
+probe's series of each core's slowdown), the bursts are stretched as K draws of that series
+(seeds 0..K-1, a random moment per node) and replayed K times; the prediction is the draw with
+the median makespan (the lower one for even K), and a note gives the range. A profile without
+the series is predicted without noise, and a note says so.
+
 Thread level: the replay prices the calls with the profile's network measured at the MPI
 thread level the traced program ran at (``SignatureHeader.mpi_thread_level``; the profile's
 ``network_variants``): MPICH's collectives cost several times more at MPI_THREAD_MULTIPLE
@@ -287,8 +293,10 @@ def _pollution_s(sig: Signature, ex, ba: BurstArrays | None, p: MachineProfile,
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
             burst_source: str = "auto", contention: bool = False, timeline: bool = False,
             measured_collectives: bool = False, collective_excess: bool = True,
-            pollution: bool = True) -> Prediction:
+            pollution: bool = True, noise: int = 0) -> Prediction:
     """Predict ``sig`` on every profile (see module docstring)."""
+    if noise < 0:
+        raise InputError(f"predict: noise draws must be >= 0, got {noise}")
     if not profiles:
         raise InputError("predict: no machine profiles given")
     src = resolve_burst_source(sig, burst_source)
@@ -358,10 +366,31 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         if pol_s is None and pollution and _has_pollution_curve(p):
             notes.append(f"{p.name}: no memory signature (or no caches in the profile): calls after bursts "
                          "that evict the caches are not charged for it (pmac.pollution)")
-        if pol_s is not None:
-            burst = burst + pol_s
-        r = _replay(replayer, burst, placement, p, contention=contention, timeline=timeline,
-                    measured_collectives=measured_collectives, collective_excess=collective_excess)
+        noisy = bool(noise) and p.node is not None and p.node.noise is not None
+        if noise and not noisy:
+            notes.append(f"{p.name}: no noise model in the profile (probed before profile version 11): "
+                         "predicted without noise")
+
+        def bursts_of(seed: int | None, burst=burst, p=p, placement=placement, pol_s=pol_s) -> np.ndarray:
+            b = burst
+            if seed is not None:
+                from .noise import perturb
+
+                b = perturb(burst, sig_r.events["rank"].to_numpy(), sig_r.events["seq"].to_numpy(), placement,
+                            p.node.noise, np.random.default_rng(seed))
+            return b if pol_s is None else b + pol_s
+
+        def replayed(seed: int | None, tl: bool, placement=placement, p=p) -> ReplayOut:
+            return _replay(replayer, bursts_of(seed), placement, p, contention=contention, timeline=tl,
+                           measured_collectives=measured_collectives, collective_excess=collective_excess)
+
+        seed = None
+        if noisy:   # every draw replayed without a timeline (memory stays one replay's), the median one again
+            totals = np.array([float(replayed(k, False).finish_s.max()) for k in range(noise)])
+            seed = int(np.argsort(totals, kind="stable")[(noise - 1) // 2])      # the median draw (lower)
+            notes.append(f"{p.name}: noise (pmac.noise): the median of {noise} draw(s); they ranged "
+                         f"{format_quantity(float(totals.min()), 's')} to {format_quantity(float(totals.max()), 's')}")
+        r = replayed(seed, timeline)
         if pol_s is not None:  # inside the call, not compute
             xr = np.bincount(sig_r.events["rank"].to_numpy(np.int64), weights=pol_s, minlength=n)[:n]
             r = dataclasses.replace(r, compute_s=r.compute_s - xr, comm_s=r.comm_s + xr)

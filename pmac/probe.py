@@ -31,6 +31,7 @@ import pandas as pd
 
 from .errors import InputError, PmacError, ProbeError, ToolMissingError
 from .fit import at_slow_quantile, curves_from_raw, fit_node, latency_from_raw, os_caches
+from .noise import fit as fit_noise
 from .profile import RAW_TABLES, ComputeModel, FetchModel, MachineProfile, NodeModel, check_machine_name, save_profile
 from .schema import cpu_model, ensure_folder, new_file_mode, provenance, sha256_file
 from .table import save_tables
@@ -107,6 +108,29 @@ class _ComputeRounds:
         df = pd.DataFrame(self._pc.tables(self._rows))
         df["rep"] = df.groupby(["probe", "param"]).cumcount().astype(np.int32)
         return RAW_TABLES["compute"].coerce(df)
+
+
+#: seconds of the noise probe's chunk, one beside each compute round (quick, full)
+NOISE_CHUNK_S = (0.1, 0.25)
+
+
+class _NoiseChunks:
+    """The noise probe (probes/noise.py) in chunks beside the compute rounds: the host's states
+    over the whole probe rather than one moment; the quantum is calibrated once, so every chunk
+    runs the same work."""
+
+    def __init__(self, quick: bool):
+        from probes import noise as pn
+        self._pn, self._seconds, self._sweeps, self._rows = pn, NOISE_CHUNK_S[0 if quick else 1], None, []
+
+    def run(self) -> None:
+        if self._sweeps is None:
+            self._sweeps = self._pn.calibrate()
+        res = self._pn.run(self._seconds, sweeps=self._sweeps)
+        self._rows.append(pd.DataFrame(self._pn.rows(res, chunk=len(self._rows))))
+
+    def table(self) -> pd.DataFrame:
+        return RAW_TABLES["noise"].coerce(pd.concat(self._rows, ignore_index=True))
 
 
 def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
@@ -232,7 +256,9 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         warnings.append("single core: no all-cores bandwidth curves")
     t0 = time.monotonic()
     compute = _ComputeRounds(quick, p.threshold, progress)
+    noise = _NoiseChunks(quick)
     compute.run("before the memory probe")
+    noise.run()
     bw, lat = pm.run(p, progress=_sub(progress, "memory"))
     t1 = time.monotonic()
     for r in bw:
@@ -243,6 +269,7 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     raw = {"bandwidth": RAW_TABLES["bandwidth"].coerce(pd.DataFrame(t["bandwidth"])),
            "latency": RAW_TABLES["latency"].coerce(pd.DataFrame(t["latency"]))}
     compute.run("after the memory probe")
+    noise.run()
     t2 = time.monotonic()
     isa = pc.isa()
 
@@ -263,16 +290,21 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         rows += [dict(working_set_bytes=ws, chains=r, n_elements=n, rep=j, time_s=t) for j, t in enumerate(reps)]
     raw["overlap"] = RAW_TABLES["overlap"].coerce(pd.DataFrame(rows))
     compute.run("after the overlap probe")
+    if compute.total > 2:
+        noise.run()
     fetch, fetch_raw, fetch_warnings, fetch_details = measure_fetch(quick=quick, progress=progress)
     warnings += fetch_warnings
     if fetch_raw is not None:
         raw["fetch"] = fetch_raw
     compute.run("after the fetch probe")
+    if compute.total > 3:
+        noise.run()
     raw["compute"] = compute.rows()
+    raw["noise"] = noise.table()
     # the node once every compute round has run (the model is fitted on all of them)
     node = NodeModel(cpu_model=cpu_model(), n_cores=n_cores, caches=fit.caches, memory=fit.memory,
                      compute=compute_model(raw["compute"], isa), bandwidth_curves=tuple(curves),
-                     latency_curve=latency, fetch=fetch)
+                     latency_curve=latency, fetch=fetch, noise=fit_noise(raw["noise"]))
     t3 = time.monotonic()
     details = {
         "memory_probe": {**p.to_dict(), "all_cores": "numba prange threads, one per core, each on its own slice"},
@@ -297,7 +329,7 @@ def write_pair(profile: MachineProfile, raw: dict[str, pd.DataFrame], yaml_path:
     os.close(fd)
     tmp = Path(tmp)
     try:
-        save_tables(tmp, raw, RAW_TABLES)
+        save_tables(tmp, raw, RAW_TABLES, compress=True)   # the noise series: 3.2 MB plain, 0.4 zipped
         profile = dataclasses.replace(profile, raw_file=raw_final.name, raw_sha256=sha256_file(tmp))
         fd, tmp_yaml = tempfile.mkstemp(prefix=f".{yaml_path.name}.", dir=yaml_path.parent)
         os.close(fd)
@@ -403,18 +435,61 @@ def add_fetch(yaml_path: str | Path, *, quick: bool = False, progress: Progress 
     profile ``yaml_path`` (``node.fetch`` and the sidecar's ``fetch`` table, atomically; the rest
     of the profile stays as it was). For a profile probed before the fetch probe existed, on the
     machine it describes: ``provenance.fetch_added`` records when and how."""
-    from .profile import load_profile, load_raw
-
     yaml_path = Path(yaml_path)
-    profile = load_profile(yaml_path)
-    if profile.node is None:
-        raise InputError("the profile has no node section to add the fetch probe to", path=yaml_path)
-    raw = load_raw(profile, yaml_path)
+    profile, raw = _profile_to_add_to(yaml_path, "the fetch probe")
     model, fetch_raw, warnings, details = measure_fetch(quick=quick, progress=progress)
     if model is None:
         raise ProbeError(f"{yaml_path}: {'; '.join(warnings) or 'the fetch probe gave no result'}")
-    raw["fetch"] = fetch_raw
-    prov = dict(profile.provenance)
-    prov["fetch_added"] = provenance(command=command, parameters={"quick": quick, **details})
-    profile = dataclasses.replace(profile, node=dataclasses.replace(profile.node, fetch=model), provenance=prov)
+    return _add_to(yaml_path, profile, raw, "fetch", fetch_raw, model,
+                   provenance(command=command, parameters={"quick": quick, **details}))
+
+
+def _profile_to_add_to(yaml_path: Path, what: str) -> tuple[MachineProfile, dict[str, pd.DataFrame]]:
+    from .profile import load_profile, load_raw
+
+    profile = load_profile(yaml_path)
+    if profile.node is None:
+        raise InputError(f"the profile has no node section to add {what} to", path=yaml_path)
+    return profile, load_raw(profile, yaml_path)
+
+
+def _add_to(yaml_path: Path, profile: MachineProfile, raw: dict[str, pd.DataFrame], field: str, table: pd.DataFrame,
+            model, prov: dict) -> MachineProfile:
+    """``model`` as ``node.<field>`` and ``table`` as the sidecar's table of that name, the
+    provenance's ``<field>_added`` saying when and how; written atomically beside the rest."""
+    raw = {**raw, field: table}
+    prov = {**profile.provenance, f"{field}_added": prov}
+    profile = dataclasses.replace(profile, node=dataclasses.replace(profile.node, **{field: model}), provenance=prov)
     return write_pair(profile, raw, yaml_path)
+
+
+def add_noise(yaml_path: str | Path, *, quick: bool = False, span_s: float | None = None,
+              progress: Progress | None = None, command: str | None = None) -> MachineProfile:
+    """Run the noise probe (probes/noise.py) on this machine and write it into the existing
+    profile ``yaml_path`` (``node.noise`` and the sidecar's ``noise`` table): 2 (quick) or 4
+    chunks spread over ``span_s`` seconds (default 10 quick, 60 full: a shared host's states
+    over a minute, not one moment), fitted at the profile's statistic (``provenance.statistic``
+    of a pooled profile, else ``best``). Refused for a profile of another machine
+    (pmac.profile.not_this_machine): the series is this machine's."""
+    from .profile import not_this_machine
+
+    yaml_path = Path(yaml_path)
+    profile, raw = _profile_to_add_to(yaml_path, "the noise probe")
+    why = not_this_machine(profile)
+    if why:
+        raise InputError(f"not a profile of this machine ({why}): its noise cannot be measured here", path=yaml_path)
+    n = 2 if quick else 4
+    span = (10.0 if quick else 60.0) if span_s is None else float(span_s)
+    chunks = _NoiseChunks(quick)
+    t0 = time.monotonic()
+    for k in range(n):
+        if progress:
+            progress(k / n, f"noise chunk {k + 1} of {n}")
+        time.sleep(max(t0 + k * span / max(n - 1, 1) - time.monotonic(), 0.0))
+        chunks.run()
+    table = chunks.table()
+    statistic = str(profile.provenance.get("statistic", "best"))
+    details = {"quick": quick, "chunks": n, "chunk_s": NOISE_CHUNK_S[0 if quick else 1], "span_s": span,
+               "statistic": statistic}
+    return _add_to(yaml_path, profile, raw, "noise", table, fit_noise(table, statistic=statistic),
+                   provenance(command=command, parameters=details))

@@ -27,7 +27,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -56,10 +56,12 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                            "shortest-distance rate)",
                         10: "node.compute.divider_beta (optional: how far the divider and the other work of a "
                             "core overlap, probes/compute.py ``divmix``); version 9 files have none (side by "
-                            "side: 0)"},
+                            "side: 0)",
+                        11: "node.noise (optional: each core's slowdown over time, probes/noise.py, for "
+                            "``pmac predict --noise``); version 10 files have none (no noise to replay)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
-                          9: lambda body: body})
+                          9: lambda body: body, 10: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -239,6 +241,41 @@ class FetchModel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NoiseModel:
+    """Each core's slowdown over time (probes/noise.py, fitted by pmac.noise.fit).
+
+    ``slowdown[c][k]``: how much longer than the reference core ``c`` took for its work in the
+    ``k``-th window of ``window_s`` seconds of wall time (1.0: the reference speed; 2.0: half
+    of it), the windows of all cores aligned in time, the probe's chunks one after another
+    (``chunk_starts``: the index of each chunk's first window). ``reference``: the statistic of
+    the windows' speeds the factors are relative to, the same as the profile's other figures
+    (``best``: the median of the fastest windows, as pmac probe fits every point; ``median``; a
+    slow quantile). ``quantum_s``: the probe's quantum at the reference speed.
+    """
+
+    window_s: float
+    quantum_s: float
+    reference: str = "best"
+    chunk_starts: tuple[int, ...] = (0,)
+    slowdown: tuple[tuple[float, ...], ...]
+
+    def __post_init__(self):
+        _positive("noise.window_s", self.window_s)
+        _positive("noise.quantum_s", self.quantum_s)
+        if not self.slowdown or not self.slowdown[0]:
+            raise ValueError("noise.slowdown: empty")
+        n = len(self.slowdown[0])
+        if any(len(row) != n for row in self.slowdown):
+            raise ValueError("noise.slowdown: the cores' series differ in length")
+        for row in self.slowdown:
+            if not all(np.isfinite(x) and x > 0 for x in row):
+                raise ValueError("noise.slowdown: every factor must be > 0")
+        if list(self.chunk_starts) != sorted(set(self.chunk_starts)) or (self.chunk_starts and (
+                self.chunk_starts[0] != 0 or self.chunk_starts[-1] >= n)):
+            raise ValueError("noise.chunk_starts: increasing window indices from 0, inside the series")
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeModel:
     cpu_model: str
     n_cores: int
@@ -249,6 +286,8 @@ class NodeModel:
     latency_curve: LatencyCurve | None = None
     #: instruction fetch (probes/fetch.py); None: not measured (no instruction-cache term)
     fetch: FetchModel | None = None
+    #: each core's slowdown over time (probes/noise.py); None: not measured (no noise to replay)
+    noise: NoiseModel | None = None
 
     def __post_init__(self):
         if self.n_cores <= 0:
@@ -541,6 +580,10 @@ RAW_TABLES = {
     # the instruction-fetch probe (probes/fetch.py): seconds per 64-byte line of code by layout
     "fetch": TableSpec(name="fetch", columns=(
         ("pattern", "U16"), ("footprint_bytes", "int64"), ("rep", "int32"), ("seconds_per_line_s", "float64"))),
+    # the noise probe (probes/noise.py): each fixed-work quantum of each core, back to back from the
+    # core's start in its chunk (seconds from the chunk's earliest start), in integer nanoseconds
+    "noise": TableSpec(name="noise", columns=(
+        ("chunk", "int32"), ("core", "int32"), ("quantum", "int64"), ("start_s", "float64"), ("dt_ns", "int64"))),
 }
 #: the network probe's tables of a network variant (MachineProfile.network_variants) are stored
 #: as ``pingpong_<level>`` and ``collective_<level>``; the main network's as plain ``pingpong``

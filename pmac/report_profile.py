@@ -89,6 +89,9 @@ def format_profile(profile: MachineProfile) -> str:
             seq = f", in order {fq(f.miss_sequential_s, 's')}" if f.miss_sequential_s is not None else ""
             lines.append(f"  instruction fetch: L1i {fq(f.l1i_size_bytes, 'bytes')}, a miss {fq(f.miss_s, 's')} "
                          f"(code in random order{seq})")
+        if n.noise is not None:
+            from .noise import describe as describe_noise
+            lines += ["  " + x for x in describe_noise(n.noise)]
         if n.bandwidth_curves:
             lines.append("  curves: " + ", ".join(f"{c.access}/{c.n_cores} core(s) ({len(c.working_set_bytes)} points)"
                                                   for c in n.bandwidth_curves))

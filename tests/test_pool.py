@@ -141,6 +141,19 @@ def test_refit_at_a_slow_quantile():
     assert [slow_quantile_of(x) for x in ("best", "median", "0.71", 0.25)] == [None, 0.5, 0.71, 0.25]
 
 
+def test_describe_names_each_statistic_and_refuses_an_unknown_one():
+    """pmac.pool.describe: the words pmac pool and bench/accuracy print for a statistic."""
+    from pmac.pool import describe
+
+    assert describe("best") == "the median of its fastest repetitions"
+    assert describe("median") == "the median of all its repetitions"
+    assert describe("0.7071") == "the value a share 0.7071 of its repetitions is at least as fast as"
+    with pytest.raises(InputError, match="unknown statistic 'fastest'"):
+        describe("fastest")
+    with pytest.raises(InputError, match="unknown statistic '1.5'"):
+        describe("1.5")
+
+
 def test_pool_raw_numbers_each_points_repetitions_again():
     """pool_raw: tables concatenated, each point's repetitions numbered 0.. in the probes' order
     (the first probe's first), a table only one probe has kept as it is."""
@@ -164,7 +177,13 @@ def test_pool_of_two_probes(tmp_path):
     a, b = _copy("xeon-vm", tmp_path / "a"), _copy("xeon-vm", tmp_path / "b")
     prof, raw = _load("xeon-vm")
     pooled, praw = pool([a, b], name="both", statistic="median")
-    assert pooled.node == refit(prof, raw, statistic="median").node and pooled.name == "both"
+    one = refit(prof, raw, statistic="median").node
+    assert dataclasses.replace(pooled.node, noise=None) == dataclasses.replace(one, noise=None)
+    assert pooled.name == "both"
+    # the noise series: the probe's chunks twice over, against the same median
+    n = len(one.noise.slowdown[0])
+    assert pooled.node.noise.slowdown == tuple(row + row for row in one.noise.slowdown)
+    assert pooled.node.noise.chunk_starts == one.noise.chunk_starts + tuple(n + k for k in one.noise.chunk_starts)
     assert len(praw["compute"]) == 2 * len(raw["compute"])
     best, _ = pool([a, b], name="both")
     v = raw["compute"][raw["compute"]["probe"] == "flop_scalar"]["value"].to_numpy()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,6 +143,15 @@ def test_profile_written_and_reloaded(probed):
     for _, g in cr.groupby(["probe", "param"]):
         assert sorted(g["rep"]) == list(range(len(g)))
     assert compute_model(cr, back.provenance["isa"]).flop_per_s_scalar == back.node.compute.flop_per_s_scalar
+    # the noise probe: a chunk beside each compute round, every core's quanta, the series fitted
+    nr = load_raw(back, path)["noise"]
+    assert sorted(set(nr["chunk"])) == [0, 1] and sorted(set(nr["core"])) == list(range(back.node.n_cores))
+    assert (nr["dt_ns"] > 0).all() and (nr.groupby(["chunk", "core"])["start_s"].nunique() == 1).all()
+    nz = back.node.noise
+    assert nz is not None and nz.reference == "best" and len(nz.slowdown) == back.node.n_cores
+    assert nz.chunk_starts[0] == 0 and len(nz.chunk_starts) == 2
+    from pmac.noise import fit as fit_noise
+    assert fit_noise(nr) == nz
     fr = load_raw(back, path)["fetch"]
     assert set(fr["pattern"]) == {"sequential", "random"} and (fr["seconds_per_line_s"] > 0).all()
     f = back.node.fetch
@@ -312,6 +322,39 @@ def test_add_fetch_writes_node_fetch_into_an_existing_profile(probed, tmp_path):
     raw_b, raw_a = load_raw(before, src / "tiny.yaml"), load_raw(after, tmp_path / "tiny.yaml")
     assert set(raw_a) == set(raw_b)
     assert raw_a["overlap"].equals(raw_b["overlap"]) and raw_a["bandwidth"].equals(raw_b["bandwidth"])
+
+
+def test_add_noise_writes_node_noise_into_an_existing_profile(probed, tmp_path, capsys):
+    """pmac probe --add-noise FILE: two chunks (quick) spread over --noise-span seconds; node.noise
+    and the sidecar's noise table replaced, the rest as it was; refused for another machine's
+    profile, naming the file and why."""
+    import shutil
+
+    from pmac.noise import fit as fit_noise
+    from pmac.profile import load_raw
+
+    src, _, _ = probed
+    for f in ("tiny.yaml", "tiny.raw.npz"):
+        (tmp_path / f).write_bytes((src / f).read_bytes())
+    before = load_profile(tmp_path / "tiny.yaml")
+    assert main(["probe", "--add-noise", str(tmp_path / "tiny.yaml"), "--quick", "--noise-span", "0.5"]) == 0
+    assert "wrote node.noise into" in capsys.readouterr().out
+    after = load_profile(tmp_path / "tiny.yaml")
+    verify_raw(after, tmp_path / "tiny.yaml")
+    table = load_raw(after, tmp_path / "tiny.yaml")["noise"]
+    assert sorted(set(table["chunk"])) == [0, 1] and after.node.noise == fit_noise(table)
+    assert not table.equals(load_raw(before, src / "tiny.yaml")["noise"])
+    assert dataclasses.replace(after.node, noise=None) == dataclasses.replace(before.node, noise=None)
+    assert after.provenance["noise_added"]["parameters"]["span_s"] == 0.5
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in ("devbox.yaml", "devbox.raw.npz"):
+        shutil.copy(Path(__file__).resolve().parents[1] / "machines" / f, other / f)
+    was = (other / "devbox.yaml").read_bytes()
+    assert main(["probe", "--add-noise", str(other / "devbox.yaml"), "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "devbox.yaml" in err[0] and "not a profile of this machine" in err[0]
+    assert (other / "devbox.yaml").read_bytes() == was
 
 
 def test_divider_beta_from_the_divmix_kernels_by_hand():

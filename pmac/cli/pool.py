@@ -22,7 +22,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     from ..errors import InputError
-    from ..pool import pool, slow_quantile_of
+    from ..pool import describe, pool, slow_quantile_of
     from ..probe import write_pair
     from ..profile import check_machine_name
     from ..schema import ensure_folder
@@ -39,9 +39,8 @@ def run(args) -> int:
                      command="pmac " + " ".join(sys.argv[1:]))
     prof = write_pair(prof, raw, out)
     n = raw["compute"].groupby(["probe", "param"]).size()
-    how = {"best": "the median of its fastest repetitions", "median": "the median of all its repetitions"}.get(
-        args.statistic, f"the value a share {args.statistic} of its repetitions is at least as fast as")
-    print(f"wrote {out} and {prof.raw_file}: {len(args.profiles)} probe(s) pooled, each point at {how} "
+    print(f"wrote {out} and {prof.raw_file}: {len(args.profiles)} probe(s) pooled, each point at "
+          f"{describe(args.statistic)} "
           f"({int(n.min())}-{int(n.max())} repetitions a compute point)")
     node = prof.node
     print(f"  scalar {node.compute.flop_per_s_scalar / 1e9:.2f} Gflop/s, "

@@ -36,6 +36,9 @@ def add_arguments(p):
     p.add_argument("--no-pollution", action="store_true",
                    help="do not charge a call for the caches its burst evicted (pmac.pollution: the profile's "
                         "links' pollution curves and the signature's reuse histograms)")
+    p.add_argument("--noise", type=int, default=0, metavar="K",
+                   help="replay K draws of the profile's noise (each core's slowdown over time, the noise "
+                        "probe) and report the median draw (pmac.noise; default 0: none)")
     p.add_argument("--per-rank", action="store_true", help="also print each rank's split")
     p.add_argument("--critical-path", action="store_true", help="also print the critical path")
     fmt = p.add_mutually_exclusive_group()
@@ -189,7 +192,7 @@ def run(args) -> int:
                                  contention=args.contention, timeline=bool(args.timeline),
                                  measured_collectives=args.measured_collectives,
                                  collective_excess=not args.no_collective_excess,
-                                 pollution=not args.no_pollution))
+                                 pollution=not args.no_pollution, noise=args.noise))
     if args.json:
         doc = {"predictions": [{"signature": p.signature, "summary": _records(p.summary),
                                 "per_rank": _records(p.per_rank), "critical_path": _records(p.critical_path),

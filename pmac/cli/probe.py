@@ -1,5 +1,6 @@
 """pmac probe --name NAME [--quick] [--out-dir machines]: measure this machine, write its profile
-(``--add-fetch FILE.yaml``: only the instruction-fetch probe, into an existing profile)."""
+(``--add-fetch FILE.yaml`` / ``--add-noise FILE.yaml``: only the instruction-fetch or the noise
+probe, into an existing profile)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,24 @@ def add_arguments(p):
     p.add_argument("--add-fetch", metavar="FILE.yaml",
                    help="run only the instruction-fetch probe and write it into this existing profile of this "
                         "machine (node.fetch; a profile probed before that probe existed)")
+    p.add_argument("--add-noise", metavar="FILE.yaml",
+                   help="run only the noise probe (each core's speed over time) and write it into this existing "
+                        "profile of this machine (node.noise, for pmac predict --noise)")
+    p.add_argument("--noise-span", type=float, metavar="SECONDS",
+                   help="with --add-noise: spread its chunks over this many seconds (default 60; --quick 10)")
 
 
 def run(args) -> int:
     from ..errors import InputError
-    from ..probe import add_fetch, run_probe
+    from ..probe import add_fetch, add_noise, run_probe
 
+    if args.add_noise:
+        prof = add_noise(args.add_noise, quick=args.quick, span_s=args.noise_span,
+                         command="pmac " + " ".join(sys.argv[1:]))
+        from ..noise import describe
+        print(f"wrote node.noise into {args.add_noise}")
+        print("\n".join("  " + x for x in describe(prof.node.noise)))
+        return 0
     if args.add_fetch:
         prof = add_fetch(args.add_fetch, quick=args.quick, command="pmac " + " ".join(sys.argv[1:]))
         f = prof.node.fetch
@@ -32,7 +45,7 @@ def run(args) -> int:
               f"miss {f.miss_s * 1e9:.2f} ns (code in random order; in order {f.miss_sequential_s * 1e9:.2f} ns)")
         return 0
     if not args.name:
-        raise InputError("pmac probe needs --name NAME (or --add-fetch FILE.yaml)")
+        raise InputError("pmac probe needs --name NAME (or --add-fetch / --add-noise FILE.yaml)")
 
     bar = ProgressBar(f"probe {args.name}", enabled=True if args.progress else None)
     try:
