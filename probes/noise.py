@@ -9,9 +9,9 @@ Every core at once (one thread per core, pinned to it, started together) repeats
 small piece of work, a *quantum* (``QUANTUM_S`` on an undisturbed core: a sweep over an
 L1-resident array with four independent multiply-add chains, loads and flop alike), and
 records when each quantum ended (CLOCK_MONOTONIC in nanoseconds, read inside the compiled loop
-through libc, so no interpreter runs between quanta). A quantum that took longer than the others was slowed
-by something outside the program: another tenant on the core or its sibling, the hypervisor,
-interrupts, frequency. pmac keeps the whole series (table ``noise`` of the profile's sidecar:
+through libc, so no interpreter runs between quanta). A quantum that took longer than the others
+was slowed by something outside the program: another tenant on the core or its sibling, the
+hypervisor, interrupts, frequency. pmac keeps the whole series (table ``noise`` of the profile's sidecar:
 chunk, core, quantum, start_s, dt_ns) and fits from it the machine's noise model
 (pmac.noise.fit), which ``pmac predict --noise K`` replays (pmac.noise.perturb).
 

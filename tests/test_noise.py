@@ -120,6 +120,11 @@ def test_noise_section_round_trips_and_bad_ones_are_named(tmp_path):
     p = dataclasses.replace(prof, node=dataclasses.replace(prof.node, noise=m))
     save_profile(p, tmp_path / "n.yaml")
     assert load_profile(tmp_path / "n.yaml").node.noise == m
+    # pmac show: per core the median, 90 and 99 % windows and the slowest core at each moment
+    from pmac.report_profile import format_profile
+    shown = format_profile(p)
+    assert "noise: 3 windows of 0.5 ms per core in 2 chunk(s); slowdown against the median speed" in shown
+    assert "core 1: median 1.50" in shown and "slowest core at each moment: median 1.50" in shown
     text = (tmp_path / "n.yaml").read_text()
     (tmp_path / "bad.yaml").write_text(text.replace("- [1.5, 1.0, 2.0]", "- [1.5, 1.0]"))
     with pytest.raises(InputError, match="bad.yaml.*the cores' series differ in length"):
