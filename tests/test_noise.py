@@ -164,3 +164,29 @@ def test_refit_fits_the_noise_at_the_statistic():
     raw["noise"] = quanta(0, [np.full(400, 10e-6), np.r_[np.full(200, 10e-6), np.full(100, 20e-6)]])
     med = refit(prof, raw, statistic="median")
     assert med.node.noise == fit(raw["noise"], statistic="median") and med.node.noise.reference == "median"
+
+
+@pytest.mark.requires("mpi")
+def test_bench_noise_check_runs_the_bsp_loop_and_predicts_it():
+    """bench/noise_check: the native loop of the noise probe's quantum runs under mpiexec (2 ranks)
+    and prints its wall time; pmac predicts the same calls without noise at no less than the work
+    itself (steps x grain x the quantum at the median) and with the noise series measured there;
+    each error column is the prediction against the measured median."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "noise_check"
+    r = subprocess.run([sys.executable, str(bench), "--reps", "1", "--run-s", "0.01", "--grains", "1,20",
+                        "--draws", "3"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    q_us = float(re.search(r"quantum \d+ sweeps, ([0-9.]+) us at the median", r.stdout).group(1))
+    lines = [ln.split() for ln in r.stdout.splitlines() if re.match(r"\s+(1|20)\s+[0-9.]+\s+\d+\s", ln)]
+    assert [int(x[0]) for x in lines] == [1, 20]
+    for g, step_us, steps, meas, _rng, pred, err, noisy, nerr, *_ in lines:
+        meas, pred, noisy = float(meas), float(pred), float(noisy)
+        assert float(step_us) == pytest.approx(int(g) * q_us, abs=0.06 + int(g) * 0.006)   # q printed to 0.01 us
+        assert pred >= int(steps) * int(g) * q_us * 1e-6 * (1 - 1e-3) and meas > 0 and noisy > 0
+        assert float(err) == pytest.approx(100 * (pred - meas) / meas, abs=0.06)
+        assert float(nerr) == pytest.approx(100 * (noisy - meas) / meas, abs=0.06)
