@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import InputError
 from .profile import ACCESS_KINDS, BandwidthCurve, CacheLevel, LatencyCurve, MemoryLevel
 
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -349,6 +350,23 @@ def at_slow_quantile(values, q: float, *, larger_is_better: bool) -> float:
     rate at its 1 - q quantile, a time at its q quantile): the machine's speed at the q-th slowest
     moment of a probe on a shared host."""
     return float(np.quantile(np.asarray(values, dtype=float), 1.0 - q if larger_is_better else q))
+
+
+def slow_quantile_of(statistic: str | float) -> float | None:
+    """The slow quantile a statistic names: None for ``best`` (pmac probe's rule: the median of the
+    fastest repetitions), 0.5 for ``median``, q for a number q in (0, 1) (the value a share q of the
+    repetitions is at least as fast as, :func:`at_slow_quantile`); InputError otherwise."""
+    if statistic == "best":
+        return None
+    if statistic == "median":
+        return 0.5
+    try:
+        q = float(statistic)
+    except (TypeError, ValueError):
+        q = None
+    if q is None or not 0.0 < q < 1.0:
+        raise InputError(f"unknown statistic {statistic!r} (best, median, or a quantile between 0 and 1)")
+    return q
 
 
 def curves_from_raw(bandwidth: "pd.DataFrame", *, window: int = 5, rule: str = "best",  # noqa: F821

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError
-from .fit import at_slow_quantile
+from .fit import at_slow_quantile, slow_quantile_of
 from .profile import NoiseModel
 
 #: window of the fitted series, seconds of wall time
@@ -48,15 +48,15 @@ BEST_FRAC = 0.05
 DECIMALS = 4
 
 
-def _reference(raw_factor: np.ndarray, statistic: str | float | None) -> float:
-    x = np.sort(raw_factor)
-    if statistic in (None, "best"):
+def _reference(raw_factor: np.ndarray, statistic: str | float) -> float:
+    q = slow_quantile_of(statistic)
+    if q is None:
+        x = np.sort(raw_factor)
         return float(np.median(x[:max(int(round(BEST_FRAC * len(x))), 1)]))
-    q = 0.5 if statistic == "median" else float(statistic)
-    return at_slow_quantile(x, q, larger_is_better=False)
+    return at_slow_quantile(raw_factor, q, larger_is_better=False)
 
 
-def fit(table: pd.DataFrame, *, statistic: str | float | None = "best", window_s: float = WINDOW_S) -> NoiseModel:
+def fit(table: pd.DataFrame, *, statistic: str | float = "best", window_s: float = WINDOW_S) -> NoiseModel:
     """NoiseModel from the raw ``noise`` table (chunk, core, quantum, start_s, dt_ns)."""
     if table is None or len(table) == 0:
         raise InputError("noise: no quanta recorded")
@@ -90,8 +90,7 @@ def fit(table: pd.DataFrame, *, statistic: str | float | None = "best", window_s
     ref = _reference(raw.ravel(), statistic)
     factors = np.round(raw / ref, DECIMALS)
     factors = np.maximum(factors, 10.0 ** -DECIMALS)
-    stat = "best" if statistic in (None, "best") else str(statistic)
-    return NoiseModel(window_s=window_s, quantum_s=ref, reference=stat, chunk_starts=tuple(starts),
+    return NoiseModel(window_s=window_s, quantum_s=ref, reference=str(statistic), chunk_starts=tuple(starts),
                       slowdown=tuple(tuple(float(x) for x in row) for row in factors))
 
 

@@ -33,27 +33,8 @@ from typing import Sequence
 import pandas as pd
 
 from .errors import InputError
+from .fit import slow_quantile_of
 from .profile import RAW_TABLES, MachineProfile, load_profile, load_raw
-
-#: the named statistics; a number q in (0, 1) is a statistic too: each point at the value a share
-#: q of its repetitions is at least as fast as (pmac.fit.at_slow_quantile; ``median`` is 0.5)
-STATISTICS = ("best", "median")
-
-
-def slow_quantile_of(statistic: str | float) -> float | None:
-    """The slow quantile a statistic names: None for ``best`` (pmac probe's rule), 0.5 for
-    ``median``, q for a number q in (0, 1); InputError otherwise."""
-    if statistic == "best":
-        return None
-    if statistic == "median":
-        return 0.5
-    try:
-        q = float(statistic)
-    except (TypeError, ValueError):
-        q = None
-    if q is None or not 0.0 < q < 1.0:
-        raise InputError(f"unknown statistic {statistic!r} (best, median, or a quantile between 0 and 1)")
-    return q
 
 
 def describe(statistic: str | float) -> str:

@@ -384,13 +384,15 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             return _replay(replayer, bursts_of(seed), placement, p, contention=contention, timeline=tl,
                            measured_collectives=measured_collectives, collective_excess=collective_excess)
 
-        seed = None
-        if noisy:   # every draw replayed without a timeline (memory stays one replay's), the median one again
-            totals = np.array([float(replayed(k, False).finish_s.max()) for k in range(noise)])
+        if noisy:   # every draw replayed without a timeline (memory stays one replay's)
+            draws = [replayed(k, False) for k in range(noise)]
+            totals = np.array([float(d.finish_s.max()) for d in draws])
             seed = int(np.argsort(totals, kind="stable")[(noise - 1) // 2])      # the median draw (lower)
             notes.append(f"{p.name}: noise (pmac.noise): the median of {noise} draw(s); they ranged "
                          f"{format_quantity(float(totals.min()), 's')} to {format_quantity(float(totals.max()), 's')}")
-        r = replayed(seed, timeline)
+            r = replayed(seed, True) if timeline else draws[seed]      # its timeline: that draw again
+        else:
+            r = replayed(None, timeline)
         if pol_s is not None:  # inside the call, not compute
             xr = np.bincount(sig_r.events["rank"].to_numpy(np.int64), weights=pol_s, minlength=n)[:n]
             r = dataclasses.replace(r, compute_s=r.compute_s - xr, comm_s=r.comm_s + xr)

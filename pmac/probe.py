@@ -93,16 +93,18 @@ class _ComputeRounds:
         self.total = 2 if quick else 4
         self._rows: list = []
 
-    def run(self, place: str) -> None:
+    def run(self, place: str) -> bool:
+        """Run the round at ``place``; False when this probe has no round there (quick: two)."""
         k = COMPUTE_ROUND_PLACES.index(place)
         if k >= self.total:
-            return
+            return False
         lo, hi = _ROUND_SPAN[place]
 
         def report(f: float, m: str) -> None:
             if self._progress:
                 self._progress(lo + (hi - lo) * min(max(f, 0.0), 1.0), f"{m} (round {k + 1}, {place})")
         self._rows += self._pc.run(quick=self._quick, rounds=1, threshold=self._threshold, progress=report)
+        return True
 
     def rows(self) -> pd.DataFrame:
         df = pd.DataFrame(self._pc.tables(self._rows))
@@ -257,8 +259,8 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     t0 = time.monotonic()
     compute = _ComputeRounds(quick, p.threshold, progress)
     noise = _NoiseChunks(quick)
-    compute.run("before the memory probe")
-    noise.run()
+    if compute.run("before the memory probe"):   # a noise chunk beside each compute round
+        noise.run()
     bw, lat = pm.run(p, progress=_sub(progress, "memory"))
     t1 = time.monotonic()
     for r in bw:
@@ -268,8 +270,8 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     t = pm.tables(bw, lat)
     raw = {"bandwidth": RAW_TABLES["bandwidth"].coerce(pd.DataFrame(t["bandwidth"])),
            "latency": RAW_TABLES["latency"].coerce(pd.DataFrame(t["latency"]))}
-    compute.run("after the memory probe")
-    noise.run()
+    if compute.run("after the memory probe"):
+        noise.run()
     t2 = time.monotonic()
     isa = pc.isa()
 
@@ -289,15 +291,13 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         n, reps = pm.measure_overlap(ws, r, p)
         rows += [dict(working_set_bytes=ws, chains=r, n_elements=n, rep=j, time_s=t) for j, t in enumerate(reps)]
     raw["overlap"] = RAW_TABLES["overlap"].coerce(pd.DataFrame(rows))
-    compute.run("after the overlap probe")
-    if compute.total > 2:
+    if compute.run("after the overlap probe"):
         noise.run()
     fetch, fetch_raw, fetch_warnings, fetch_details = measure_fetch(quick=quick, progress=progress)
     warnings += fetch_warnings
     if fetch_raw is not None:
         raw["fetch"] = fetch_raw
-    compute.run("after the fetch probe")
-    if compute.total > 3:
+    if compute.run("after the fetch probe"):
         noise.run()
     raw["compute"] = compute.rows()
     raw["noise"] = noise.table()

@@ -109,7 +109,6 @@ def run(seconds: float, *, sweeps: int | None = None, cores: list[int] | None = 
     starts = [0] * len(cores)
     errors: list[BaseException] = []
     barrier = threading.Barrier(len(cores))
-    mask = set(os.sched_getaffinity(0))
 
     def work(i: int, cpu: int) -> None:
         try:
@@ -128,7 +127,6 @@ def run(seconds: float, *, sweeps: int | None = None, cores: list[int] | None = 
         t.start()
     for t in threads:
         t.join()
-    os.sched_setaffinity(0, mask)
     if errors:
         raise RuntimeError(f"noise probe: {errors[0]}")
     t0 = min(starts)
