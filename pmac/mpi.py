@@ -8,13 +8,14 @@ pmac). Open MPI (a system MPI) needs ``--oversubscribe`` beyond the core count a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ToolMissingError
+from .errors import PmacError, ToolMissingError
 
 
 #: MPI thread levels, by the code the tracer records for them (1..4; 0: not recorded)
@@ -106,3 +107,19 @@ def launch_command(n_ranks: int, argv: list[str], *, mpi: MpiInstall | None = No
         for k, v in (env_vars or {}).items():
             cmd += ["-genv", k, v]
     return cmd + list(extra or []) + list(argv)
+
+
+#: what every example program (examples/README.md) and benchmark program prints: its timed loop
+WALL_S = re.compile(r"wall_s=([0-9.eE+-]+)")
+
+
+def timed_run(argv: list[str], *, env: dict | None = None, what: str = "", timeout_s: float = 600) -> float:
+    """Run a launch command (``launch_command``'s, or another launcher's) and return the
+    ``wall_s=`` its program printed; a failed run, or one that printed none, is a one-line
+    PmacError naming ``what`` with the exit code and the end of its standard error."""
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout_s)
+    m = WALL_S.search(res.stdout)
+    if res.returncode != 0 or not m:
+        why = res.stderr.strip()[-300:].replace("\n", " | ") or "no wall_s= in its output"
+        raise PmacError(f"{what or argv[0]} failed (exit {res.returncode}): {why}")
+    return float(m.group(1))
