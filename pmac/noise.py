@@ -108,10 +108,19 @@ def _wall_at(work_pos: np.ndarray, work: np.ndarray, wall: np.ndarray) -> np.nda
     return k * cyc_t + np.interp(work_pos - k * cyc_w, work, wall)
 
 
+def rank_runs(rank: np.ndarray, seq: np.ndarray) -> list[np.ndarray]:
+    """Per rank that has events, the indices of its events in call order (what :func:`perturb`
+    walks; computed once for many draws)."""
+    rank = np.asarray(rank, dtype=np.int64)
+    order = np.lexsort((np.asarray(seq), rank))
+    return [idx for idx in np.split(order, np.flatnonzero(np.diff(rank[order])) + 1) if len(idx)]
+
+
 def perturb(burst_s: np.ndarray, rank: np.ndarray, seq: np.ndarray, placement: np.ndarray, model: NoiseModel,
-            rng: np.random.Generator) -> np.ndarray:
+            rng: np.random.Generator, *, runs: list[np.ndarray] | None = None) -> np.ndarray:
     """Burst times (one per event, events in any order) as the noise ``model`` stretches them;
-    ``placement[r]``: the node of rank r (ranks numbered block-wise on nodes)."""
+    ``placement[r]``: the node of rank r (ranks numbered block-wise on nodes); ``runs``:
+    :func:`rank_runs` of ``rank`` and ``seq``, when the caller draws several times."""
     burst_s = np.asarray(burst_s, dtype=np.float64)
     rank = np.asarray(rank, dtype=np.int64)
     placement = np.asarray(placement, dtype=np.int64)
@@ -122,12 +131,7 @@ def perturb(burst_s: np.ndarray, rank: np.ndarray, seq: np.ndarray, placement: n
     first = np.full(n_nodes, len(placement), dtype=np.int64)
     np.minimum.at(first, placement, np.arange(len(placement)))
     out = np.zeros_like(burst_s)
-    order = np.lexsort((np.asarray(seq), rank))
-    r_sorted = rank[order]
-    bounds = np.flatnonzero(np.diff(r_sorted)) + 1
-    for idx in np.split(order, bounds):
-        if len(idx) == 0:
-            continue
+    for idx in rank_runs(rank, seq) if runs is None else runs:
         r = int(rank[idx[0]])
         node = int(placement[r])
         c = (r - int(first[node])) % n_cores

@@ -352,6 +352,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
 
     replayer = Replayer(sig_r.events, requests=sig_r.requests, comms=sig_r.comms, n_ranks=sig_r.n_ranks)
     rows, per_rank, crit, tl = [], [], [], []
+    runs: list = []   # the events of each rank in call order (pmac.noise.rank_runs), for --noise
     for k, p in enumerate(profiles):
         rpn = rpns[k]
         placement = (np.arange(n) // rpn).astype(np.int32)
@@ -374,10 +375,13 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         def bursts_of(seed: int | None, burst=burst, p=p, placement=placement, pol_s=pol_s) -> np.ndarray:
             b = burst
             if seed is not None:
-                from .noise import perturb
+                from .noise import perturb, rank_runs
 
-                b = perturb(burst, sig_r.events["rank"].to_numpy(), sig_r.events["seq"].to_numpy(), placement,
-                            p.node.noise, np.random.default_rng(seed))
+                ev_rank, ev_seq = sig_r.events["rank"].to_numpy(), sig_r.events["seq"].to_numpy()
+                if not runs:    # once per signature, for every draw and machine
+                    runs.append(rank_runs(ev_rank, ev_seq))
+                b = perturb(burst, ev_rank, ev_seq, placement, p.node.noise, np.random.default_rng(seed),
+                            runs=runs[0])
             return b if pol_s is None else b + pol_s
 
         def replayed(seed: int | None, tl: bool, placement=placement, p=p) -> ReplayOut:

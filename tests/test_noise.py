@@ -10,7 +10,7 @@ import pytest
 
 import pmac.predict as pp
 from pmac.errors import InputError
-from pmac.noise import fit, perturb
+from pmac.noise import fit, perturb, rank_runs
 from pmac.profile import RAW_TABLES, NoiseModel, load_profile, save_profile
 from synth import pingpong_signature, two_level_profile
 
@@ -73,6 +73,11 @@ def test_perturb_by_hand():
     p = np.array([4, 2, 0, 3, 1])
     again = perturb(burst[p], rank[p], seq[p], np.array([0, 0]), m, At(0.5e-3))
     assert again == pytest.approx(out[p], rel=1e-12)
+    # the ranks' call order computed once for several draws: the same result
+    runs = rank_runs(rank[p], seq[p])
+    assert [list(r) for r in runs] == [[2, 4, 1], [3, 0]]
+    assert perturb(burst[p], rank[p], seq[p], np.array([0, 0]), m, At(0.5e-3), runs=runs) == pytest.approx(
+        out[p], rel=1e-12)
     # one rank per node: both ranks on core 0's series
     out1 = perturb(burst, rank, seq, np.array([0, 1]), m, At(0.5e-3))
     assert out1[3] == pytest.approx(5e-3 / 3, rel=1e-12)
