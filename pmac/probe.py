@@ -112,6 +112,10 @@ class _ComputeRounds:
         return RAW_TABLES["compute"].coerce(df)
 
 
+#: how the probe's buffers get their pages by default (``pmac probe --pages``; probes/memory.py
+#: ``set_pages``)
+DEFAULT_PAGES = "huge"
+
 #: seconds of the noise probe's chunk, one beside each compute round (quick, full)
 NOISE_CHUNK_S = (0.1, 0.25)
 
@@ -353,13 +357,27 @@ def write_pair(profile: MachineProfile, raw: dict[str, pd.DataFrame], yaml_path:
 
 
 def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progress: Progress | None = None,
-              network: bool = True, command: str | None = None, memory_params=None) -> MachineProfile | None:
+              network: bool = True, command: str | None = None, memory_params=None,
+              pages: str = DEFAULT_PAGES) -> MachineProfile | None:
     """Probe this machine and write ``out_dir/NAME.yaml`` (+ ``NAME.raw.npz``); return the profile.
+    ``pages``: how the probe buffers get their pages (probes/memory.py ``set_pages``: ``default``
+    what a plain allocation gets here, ``huge`` huge pages asked for), recorded in the provenance.
 
     Under ``mpiexec`` (several ranks) every rank takes part in the network probe and only rank
     0 probes the node and writes; the other ranks return None.
     """
     check_machine_name(name)
+    from probes import memory as pm
+
+    with pm.pages(pages):  # every probe buffer, here and in the network probe's ranks; restored after
+        return _run_probe(name, quick=quick, out_dir=out_dir, progress=progress, network=network, command=command,
+                          memory_params=memory_params, pages=pages)
+
+
+def _run_probe(name: str, *, quick: bool, out_dir, progress, network: bool, command, memory_params,
+               pages: str) -> MachineProfile | None:
+    from probes import memory as pm
+
     out_dir = Path(out_dir)
     yaml_path = out_dir / f"{name}.yaml"
     # before minutes of probing: a directory the profile cannot be written to fails now
@@ -417,6 +435,7 @@ def run_probe(name: str, *, quick: bool, out_dir: str | Path = "machines", progr
     except PmacError as exc:
         warnings.append(f"overlap model not calibrated: {exc}")
     import numba
+    details["pages"] = {"mode": pages, "in_effect": pm.pages_in_effect(pages)}
     prov = provenance(command=command, parameters={"quick": quick, "memory": details.pop("memory_probe")},
                       n_cores=node.n_cores, mpi_library=mpi_lib,
                       numba_version=numba.__version__, duration_s=round(time.monotonic() - t0, 1),

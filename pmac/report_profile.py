@@ -120,6 +120,12 @@ def format_profile(profile: MachineProfile) -> str:
     if missing or lacks:
         lines.append("missing: " + ", ".join(missing + [x for x in (lacks or []) if x not in missing]))
     prov = p.provenance or {}
+    pages = prov.get("pages")
+    if isinstance(pages, dict) and pages.get("in_effect"):
+        lines.append(f"memory probed on {pages['in_effect']} (pmac probe --pages {pages.get('mode', '?')})")
+    elif prov.get("transparent_hugepage"):
+        lines.append(f"memory probed before pmac recorded its pages (numpy asks for huge pages unless "
+                     f"NUMPY_MADVISE_HUGEPAGE=0; transparent huge pages: {prov['transparent_hugepage']})")
     if prov.get("created_utc"):
         lines.append(f"created {prov.get('created_utc')} on {prov.get('host', '?')} by pmac {prov.get('pmac_version', '?')}")
     return "\n".join(lines)

@@ -35,14 +35,18 @@ Buffers are numpy arrays whose data start on a 2 MiB boundary (:data:`BUFFER_ALI
 the C reference kernels of bench/probes allocate theirs): numpy's own arrays start on a 16-byte
 boundary, so half of the 32-byte stores of a vectorised loop then straddle two cache lines
 (measured here, Zen 3: L1 stores 62 GB/s unaligned, 90 GB/s aligned; C 92). The probe measures
-what the machine can do, as MAPS does. numpy asks for transparent huge pages (``madvise``) on
-large allocations, so the setting in ``/sys/kernel/mm/transparent_hugepage/enabled`` matters for
-large working sets and is recorded.
+what the machine can do, as MAPS does. Pages (:func:`set_pages`, ``--pages``): numpy asks for
+transparent huge pages (``madvise``) on allocations of 4 MiB and more (``huge``, what numpy programs
+get), which a C or Fortran program's malloc does not: where ``/sys/kernel/mm/transparent_hugepage/enabled``
+is ``madvise`` those get 4 KiB pages (``default``, numpy's request turned off). It matters from the
+last cache level on: on the Xeon VM of 26 Nov 2026 the one-core memory plateau was 18.4 GB/s on huge
+pages and 15.2 on 4 KiB pages (loads; two interleaved probes' pooled profiles). Both are recorded.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -335,6 +339,60 @@ def working_sets(p: Params) -> list[int]:
     return out
 
 
+#: how the probe's buffers get their pages (:func:`set_pages`, ``pmac probe --pages``)
+PAGE_MODES = ("default", "huge")
+
+
+def _madvise_flag():
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy < 2
+        from numpy.core import multiarray
+    return multiarray
+
+
+@contextlib.contextmanager
+def pages(mode: str):
+    """:func:`set_pages` for the duration of a ``with`` block; numpy's setting and the environment
+    as they were afterwards."""
+    flag, env = _madvise_flag()._get_madvise_hugepage(), os.environ.get("NUMPY_MADVISE_HUGEPAGE")
+    set_pages(mode)
+    try:
+        yield
+    finally:
+        _madvise_flag()._set_madvise_hugepage(flag)
+        if env is None:
+            os.environ.pop("NUMPY_MADVISE_HUGEPAGE", None)
+        else:
+            os.environ["NUMPY_MADVISE_HUGEPAGE"] = env
+
+
+def set_pages(mode: str) -> None:
+    """Pages of the probe buffers allocated from now on, in this process and in the processes it
+    starts (the network probe's ranks): ``default``, what a plain allocation gets on this system
+    (numpy does not ask for huge pages; with transparent huge pages in ``madvise`` mode that is 4 KiB
+    pages, as a C or Fortran program's malloc'd arrays get); ``huge``, transparent huge pages asked
+    for on buffers of 4 MiB and more (numpy's own ``madvise``), as a program that asks gets them."""
+    if mode not in PAGE_MODES:
+        raise ValueError(f"pages must be one of {', '.join(PAGE_MODES)}, not {mode!r}")
+    _madvise_flag()._set_madvise_hugepage(mode == "huge")
+    os.environ["NUMPY_MADVISE_HUGEPAGE"] = "1" if mode == "huge" else "0"
+
+
+def pages_in_effect(mode: str, thp: str | None = None) -> str:
+    """The pages large probe buffers get with ``mode`` on this system (``thp``: the transparent
+    huge page setting, default read from /sys), in words, as the profile records them."""
+    thp = thp_setting() if thp is None else thp
+    if thp == "always":
+        return "huge pages (transparent huge pages: always)"
+    if thp == "never":
+        return "4 KiB pages (transparent huge pages: never)"
+    if thp == "madvise":
+        return ("huge pages, asked for (transparent huge pages: madvise)" if mode == "huge" else
+                "4 KiB pages: huge pages not asked for (transparent huge pages: madvise)")
+    return f"huge pages {'asked for' if mode == 'huge' else 'not asked for'} (transparent huge pages: {thp})"
+
+
 def thp_setting() -> str:
     try:
         text = open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip()
@@ -522,7 +580,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threshold", type=float, help="relative spread to stop repeating (default 0.02)")
     ap.add_argument("--stop-rule", choices=("best", "last"), help="which repetitions must agree (default best)")
     ap.add_argument("--out", help="write the raw tables to this .npz")
+    ap.add_argument("--pages", choices=PAGE_MODES, default="huge",
+                    help="default: what a plain allocation gets here; huge: huge pages asked for (default)")
     a = ap.parse_args(argv)
+    set_pages(a.pages)
     p = Params.quick() if a.quick else Params()
     if a.max_bytes:
         p.max_bytes = a.max_bytes
@@ -534,7 +595,7 @@ def main(argv=None) -> int:
         p.threshold = a.threshold
     if a.stop_rule:
         p.stop_rule = a.stop_rule
-    print(f"# transparent_hugepage={thp_setting()} params={p.to_dict()}")
+    print(f"# transparent_hugepage={thp_setting()} pages={pages_in_effect(a.pages)} params={p.to_dict()}")
     bw, lat = run(p)
     print("access n_cores working_set_bytes rep bandwidth_bytes_per_s")
     for r in bw:

@@ -162,6 +162,8 @@ def test_profile_written_and_reloaded(probed):
     for key in ("cpu_model", "n_cores", "mpi_library", "numba_version", "transparent_hugepage", "isa",
                 "os_caches", "created_utc", "command", "parameters"):
         assert key in prov, key
+    from pmac.probe import DEFAULT_PAGES
+    assert prov["pages"] == {"mode": DEFAULT_PAGES, "in_effect": pm.pages_in_effect(DEFAULT_PAGES)}
     # threshold 0: every point is reported as unstable, with its spread
     assert any("did not stabilise: spread" in w for w in prov["warnings"])
     assert "network not probed (--no-network)" in prov["warnings"]
@@ -402,3 +404,47 @@ def test_divmix_kernels_compile_scalar_and_scale_with_their_terms():
     asm2, asm12 = pc.compiled_asm(k2, x, 1), pc.compiled_asm(k12, x, 1)
     assert asm2.count("mulsd") < asm12.count("mulsd") and "divsd" in asm2 and "sqrtsd" in asm2
 
+
+
+def _anon_huge_kib() -> int:
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    raise AssertionError("no AnonHugePages in smaps_rollup")
+
+
+def test_pages_modes_reach_the_buffers_and_are_restored():
+    """--pages: with transparent huge pages in 'madvise' mode, a probe buffer of 64 MiB gets huge
+    pages only when asked for ('huge'), none by default; the setting is restored afterwards."""
+    if pm.thp_setting() != "madvise" or not Path("/proc/self/smaps_rollup").exists():
+        pytest.skip(f"transparent huge pages are {pm.thp_setting()!r}, not 'madvise': both modes give the same pages")
+    from numpy._core import multiarray
+    before = (multiarray._get_madvise_hugepage(), os.environ.get("NUMPY_MADVISE_HUGEPAGE"))
+    got = {}
+    for mode in ("default", "huge"):
+        with pm.pages(mode):
+            assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == ("1" if mode == "huge" else "0")
+            k0 = _anon_huge_kib()
+            buf = pm.aligned_full(8 << 20, 1.0)      # 64 MiB, touched
+            got[mode] = _anon_huge_kib() - k0
+            del buf
+    assert got["default"] == 0 and got["huge"] >= 2048
+    assert (multiarray._get_madvise_hugepage(), os.environ.get("NUMPY_MADVISE_HUGEPAGE")) == before
+    assert pm.pages_in_effect("default") == "4 KiB pages: huge pages not asked for (transparent huge pages: madvise)"
+
+
+def test_pages_in_words_and_a_bad_mode():
+    assert pm.pages_in_effect("default", "always") == "huge pages (transparent huge pages: always)"
+    assert pm.pages_in_effect("huge", "never") == "4 KiB pages (transparent huge pages: never)"
+    assert pm.pages_in_effect("huge", "madvise") == "huge pages, asked for (transparent huge pages: madvise)"
+    with pytest.raises(ValueError, match="pages must be one of default, huge, not 'big'"):
+        with pm.pages("big"):
+            pass
+
+
+def test_cli_help_names_the_default_pages(capsys):
+    from pmac.probe import DEFAULT_PAGES
+    with pytest.raises(SystemExit):
+        main(["probe", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"default: {DEFAULT_PAGES} (pmac.probe.DEFAULT_PAGES)" in out

@@ -107,3 +107,15 @@ def test_format_profile_shows_the_fetch_probe():
     text = format_profile(dataclasses.replace(p, node=dataclasses.replace(p.node, fetch=f)))
     assert "instruction fetch: L1i 32 KiB, a miss 420 ps (code in random order, in order 400 ps)" in text
     assert "instruction fetch" not in format_profile(p)
+
+
+def test_format_profile_says_which_pages_the_memory_was_probed_on():
+    p = dataclasses.replace(full_profile(), provenance={
+        "pages": {"mode": "default", "in_effect": "4 KiB pages: huge pages not asked for (transparent huge pages: "
+                                                  "madvise)"}, "transparent_hugepage": "madvise"})
+    assert ("memory probed on 4 KiB pages: huge pages not asked for (transparent huge pages: madvise) "
+            "(pmac probe --pages default)") in format_profile(p).splitlines()
+    old = dataclasses.replace(full_profile(), provenance={"transparent_hugepage": "always"})
+    assert ("memory probed before pmac recorded its pages (numpy asks for huge pages unless "
+            "NUMPY_MADVISE_HUGEPAGE=0; transparent huge pages: always)") in format_profile(old).splitlines()
+    assert "memory probed" not in format_profile(full_profile())

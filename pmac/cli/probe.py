@@ -17,6 +17,11 @@ def add_arguments(p):
     p.add_argument("--out-dir", default="machines", help="directory for the profile (default: machines)")
     p.add_argument("--no-network", action="store_true", help="probe the node only (no MPI ping-pong)")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
+    p.add_argument("--pages", choices=("default", "huge"), default=None,
+                   help="pages of the memory probe's buffers: 'default' what a plain allocation gets on this "
+                        "system (4 KiB where transparent huge pages are 'madvise', as a C or Fortran program's "
+                        "malloc'd arrays), 'huge' huge pages asked for (as numpy asks for its large arrays); "
+                        "default: huge (pmac.probe.DEFAULT_PAGES)")
     p.add_argument("--add-fetch", metavar="FILE.yaml",
                    help="run only the instruction-fetch probe and write it into this existing profile of this "
                         "machine (node.fetch; a profile probed before that probe existed)")
@@ -29,7 +34,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     from ..errors import InputError
-    from ..probe import add_fetch, add_noise, run_probe
+    from ..probe import DEFAULT_PAGES, add_fetch, add_noise, run_probe
 
     if args.add_noise:
         prof = add_noise(args.add_noise, quick=args.quick, span_s=args.noise_span,
@@ -50,7 +55,8 @@ def run(args) -> int:
     bar = ProgressBar(f"probe {args.name}", enabled=True if args.progress else None)
     try:
         prof = run_probe(args.name, quick=args.quick, out_dir=args.out_dir, progress=bar,
-                         network=not args.no_network, command="pmac " + " ".join(sys.argv[1:]))
+                         network=not args.no_network, command="pmac " + " ".join(sys.argv[1:]),
+                         pages=args.pages or DEFAULT_PAGES)
     finally:
         bar.close()
     if prof is None:  # a non-root rank of an mpiexec job
