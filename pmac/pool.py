@@ -18,7 +18,8 @@ the median of its fastest few repetitions (the probe's stop rule, ``best``). Two
   sidecar holds only the probe's points.
   The cache list comes from the profile's provenance (``os_caches``, what the OS said at probe
   time), so a profile refits on any machine.
-- :func:`pool`: several probes of ONE machine (same host, CPU and core count) taken at different
+- :func:`pool`: several probes of ONE machine (same host, CPU and core count; memory probed on the
+  same pages, ``pmac probe --pages``, where the probes record it) taken at different
   times, their repetitions concatenated point by point and refitted: a profile that describes the
   machine over the whole span, e.g. probes interleaved with an application's runs on a shared
   host (``bench/accuracy --interleave``). ``pmac pool`` writes it with its own sidecar.
@@ -158,6 +159,12 @@ def _machine_of(profile: MachineProfile) -> tuple:
     return profile.provenance.get("host"), profile.cpu_model, profile.node.n_cores if profile.node else None
 
 
+def _pages_of(profile: MachineProfile) -> str | None:
+    """The page mode the profile's memory was probed with (pmac probe --pages), None if not recorded."""
+    pages = profile.provenance.get("pages")
+    return pages.get("mode") if isinstance(pages, dict) else None
+
+
 def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
          command: str | None = None) -> tuple[MachineProfile, dict[str, pd.DataFrame]]:
     """(profile, raw tables) of the probes ``paths`` pooled (module docstring): every probe of one
@@ -179,6 +186,11 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
             h0, c0, n0 = _machine_of(profs[0])
             raise InputError(f"probed on host {h!r}, CPU {c!r}, {n} cores; {paths[0]} on host {h0!r}, CPU {c0!r}, "
                              f"{n0} cores: only probes of one machine pool", path=p)
+        mode = _pages_of(prof)
+        other = next((i for i, q in enumerate(profs) if _pages_of(q) not in (None, mode)), None)
+        if mode is not None and other is not None:
+            raise InputError(f"its memory was probed on {mode} pages (pmac probe --pages), {paths[other]}'s on "
+                             f"{_pages_of(profs[other])}: only probes of one page mode pool", path=p)
         profs.append(prof)
         raws.append(raw)
     newest = max(range(len(profs)), key=lambda i: str(profs[i].provenance.get("created_utc", "")))
@@ -194,6 +206,9 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
     prov["pooled_from"] = [{"file": str(p), "sha256": sha256_file(p), "probed_utc": pr.provenance.get("created_utc"),
                             "command": pr.provenance.get("command")} for p, pr in zip(paths, profs)]
     prov["statistic"] = statistic
+    recorded = [pr.provenance["pages"] for pr in profs if _pages_of(pr)]
+    if recorded:    # one mode (checked above), whichever probe is the newest
+        prov["pages"] = recorded[0]
     prov["warnings"] = list(dict.fromkeys(w for pr in profs for w in pr.provenance.get("warnings", [])))
     fitted = dataclasses.replace(fitted, provenance=prov, raw_file=None, raw_sha256=None,
                                  description=f"{len(profs)} probe{'s' if len(profs) > 1 else ''} pooled ({statistic}): "

@@ -221,6 +221,29 @@ def test_pool_refuses_probes_of_two_machines(tmp_path):
     assert str(err.value).startswith(f"{old}: its provenance has no os_caches to refit the cache levels with")
 
 
+def test_pool_refuses_probes_of_two_page_modes(tmp_path):
+    """Probes whose memory ran on different pages (pmac probe --pages) are two measurements of two
+    things: refused, naming both files; a probe that predates the record pools with either."""
+    from pmac.profile import save_profile
+
+    paths = []
+    for mode in ("huge", "default", None):
+        p = _copy("xeon-vm", tmp_path / str(mode))
+        prof = load_profile(p)
+        prov = {k: v for k, v in prof.provenance.items() if k != "pages"}
+        if mode:
+            prov["pages"] = {"mode": mode, "in_effect": f"{mode} (test)"}
+        save_profile(dataclasses.replace(prof, provenance=prov), p)
+        paths.append(p)
+    huge, default, legacy = paths
+    with pytest.raises(InputError) as err:
+        pool([huge, legacy, default], name="mixed")
+    assert str(err.value) == (f"{default}: its memory was probed on default pages (pmac probe --pages), {huge}'s "
+                              "on huge: only probes of one page mode pool")
+    prof, _ = pool([legacy, default], name="one-mode")
+    assert prof.provenance["pages"] == {"mode": "default", "in_effect": "default (test)"}
+
+
 def _pmac(*args):
     return subprocess.run([sys.executable, "-m", "pmac", *args], capture_output=True, text=True, timeout=120,
                           cwd=REPO)
