@@ -39,8 +39,8 @@ what the machine can do, as MAPS does. Pages (:func:`set_pages`, ``--pages``): n
 transparent huge pages (``madvise``) on allocations of 4 MiB and more (``huge``, what numpy programs
 get), which a C or Fortran program's malloc does not: where ``/sys/kernel/mm/transparent_hugepage/enabled``
 is ``madvise`` those get 4 KiB pages (``default``, numpy's request turned off). It matters from the
-last cache level on: on the Xeon VM of 26 Nov 2026 the one-core memory plateau was 18.4 GB/s on huge
-pages and 15.2 on 4 KiB pages (loads; two interleaved probes' pooled profiles). Both are recorded.
+last cache level on: on the Xeon VM of 26 Nov 2026 one core's loads ran 13-17 % slower on 4 KiB pages
+at 91-128 MiB, stores alike (README: ``--pages huge`` against ``--pages default``). Both are recorded.
 """
 
 from __future__ import annotations
