@@ -448,3 +448,21 @@ def test_cli_help_names_the_default_pages(capsys):
         main(["probe", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert f"default: {DEFAULT_PAGES} (pmac.probe.DEFAULT_PAGES)" in out
+
+
+def test_bench_store_kernels_prints_both_loops_and_their_ratio():
+    """bench/store_kernels: the probe's store loop compiled with and without LLVM's interleaving,
+    timed alternately; each printed ratio is the second rate over the first."""
+    import re
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "store_kernels"
+    r = subprocess.run([sys.executable, str(bench), "--reps", "3", "--sizes-kib", "16,64"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = re.findall(r"^\s+(\d+) KiB .*?: ([0-9.]+) GB/s .*?: ([0-9.]+) GB/s\s+ratio ([0-9.]+)$", r.stdout, re.M)
+    assert [int(x[0]) for x in rows] == [16, 64]
+    for _, plain, inter, ratio in rows:
+        assert float(plain) > 0 and float(inter) > 0
+        assert float(ratio) == pytest.approx(float(inter) / float(plain), abs=0.01 + 0.02 * float(ratio))
