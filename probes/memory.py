@@ -79,13 +79,15 @@ def _load_random(a, idx, sweeps):
     return s
 
 
-# The store and copy kernels (one core and all cores) are compiled with LLVM's loop
-# interleaving off (_compile_plain): its default 4-way interleaved store loop streams to memory
-# 10-14 % slower than a loop of one store per iteration on Zen 3 (checked with C intrinsics), and
-# one store per iteration is what gcc emits for the C reference kernels (bench/probes). Not cached:
-# numba's cache key does not include LLVM options.
-@njit(cache=False)
-def _store(a, sweeps):
+# The store and copy kernels come in two loops, the same source compiled twice: with LLVM's loop
+# interleaving off (_compile_plain: one store per iteration, what gcc emits for the C reference
+# kernels of bench/probes) and with LLVM's own choice (a 4-way interleaved loop). Which is faster
+# depends on the core: on the Zen 3 of 23 Nov 2026 the interleaved loop streamed to memory 10-14 %
+# slower (checked with C intrinsics); on the Xeon VM of 26 Nov it stored into L1 2.0-2.1x as fast
+# and alike beyond (bench/store_kernels). measure_point times both at each point and keeps the
+# faster (MAPS measures what the machine can do, not what one loop does). Not cached: numba's
+# cache key does not include LLVM options.
+def _store_src(a, sweeps):
     for r in range(sweeps):
         v = float(r)
         for i in range(a.size):
@@ -93,12 +95,17 @@ def _store(a, sweeps):
     return a[0]
 
 
-@njit(cache=False)
-def _copy(a, b, sweeps):
+def _copy_src(a, b, sweeps):
     for _ in range(sweeps):
         for i in range(a.size):
             b[i] = a[i]
     return b[0]
+
+
+_store = njit(cache=False)(_store_src)
+_copy = njit(cache=False)(_copy_src)
+_store_il = njit(cache=False)(_store_src)
+_copy_il = njit(cache=False)(_copy_src)
 
 
 # ------------------------------------------------------------------ kernels (all cores)
@@ -125,31 +132,44 @@ def _load_random_par(a, idx, sweeps, n_threads):
     return out.sum()
 
 
-@njit(cache=False, parallel=True)
-def _store_par(a, sweeps, n_threads):
-    n = a.size
-    out = np.zeros(n_threads)
-    for t in prange(n_threads):
-        out[t] = _store(a[n * t // n_threads:n * (t + 1) // n_threads], sweeps)
-    return out.sum()
+def _store_par_of(store):
+    @njit(cache=False, parallel=True)
+    def store_par(a, sweeps, n_threads):
+        n = a.size
+        out = np.zeros(n_threads)
+        for t in prange(n_threads):
+            out[t] = store(a[n * t // n_threads:n * (t + 1) // n_threads], sweeps)
+        return out.sum()
+    return store_par
 
 
-@njit(cache=False, parallel=True)
-def _copy_par(a, b, sweeps, n_threads):
-    n = a.size
-    out = np.zeros(n_threads)
-    for t in prange(n_threads):
-        lo, hi = n * t // n_threads, n * (t + 1) // n_threads
-        out[t] = _copy(a[lo:hi], b[lo:hi], sweeps)
-    return out.sum()
+def _copy_par_of(copy):
+    @njit(cache=False, parallel=True)
+    def copy_par(a, b, sweeps, n_threads):
+        n = a.size
+        out = np.zeros(n_threads)
+        for t in prange(n_threads):
+            lo, hi = n * t // n_threads, n * (t + 1) // n_threads
+            out[t] = copy(a[lo:hi], b[lo:hi], sweeps)
+        return out.sum()
+    return copy_par
+
+
+_store_par, _store_par_il = _store_par_of(_store), _store_par_of(_store_il)
+_copy_par, _copy_par_il = _copy_par_of(_copy), _copy_par_of(_copy_il)
+#: the two loops of the store and copy kernels: (one core, all cores) per kind
+STORE_LOOPS = ("one_store", "interleaved")
+_LOOPS = {("store", "one_store"): (_store, _store_par), ("store", "interleaved"): (_store_il, _store_par_il),
+          ("copy", "one_store"): (_copy, _copy_par), ("copy", "interleaved"): (_copy_il, _copy_par_il)}
 
 
 _PLAIN_COMPILED = []
 
 
 def _compile_plain() -> None:
-    """Compile the store/copy kernels for float64 C arrays with LLVM's
-    ``-force-vector-interleave=1`` (process-wide while it lasts; restored to the default after)."""
+    """Compile the one-store loops of the store/copy kernels for float64 C arrays with LLVM's
+    ``-force-vector-interleave=1`` (process-wide while it lasts; restored to the default after),
+    then their interleaved twins with the default."""
     if _PLAIN_COMPILED:
         return
     import llvmlite.binding as llvm
@@ -162,6 +182,11 @@ def _compile_plain() -> None:
         _copy_par(a, b, 0, 1)
     finally:
         llvm.set_option("", "-force-vector-interleave=0")
+    a, b = np.zeros(8), np.zeros(8)   # and the interleaved loops, with LLVM's own choice
+    _store_il(a, 0)
+    _copy_il(a, b, 0)
+    _store_par_il(a, 0, 1)
+    _copy_par_il(a, b, 0, 1)
     _PLAIN_COMPILED.append(True)
 
 
@@ -318,6 +343,8 @@ class PointResult:
     spread_frac: float = 0.0
     stable: bool = True
     value: float = 0.0               # median of the repetitions that ended the point
+    #: store and copy: the loop that ran the point (STORE_LOOPS, the faster of the two); "" otherwise
+    loop: str = ""
 
 
 def ending_reps(values, window: int, rule: str, *, larger_is_better: bool = True) -> list:
@@ -424,8 +451,8 @@ def aligned_full(n: int, value, dtype=np.float64) -> np.ndarray:
 class _Point:
     """Buffers and a timed call ``run(sweeps)`` for one access kind, size and core count."""
 
-    def __init__(self, access: str, ws_bytes: int, n_cores: int, seed: int = 1):
-        self.access, self.n_cores = access, n_cores
+    def __init__(self, access: str, ws_bytes: int, n_cores: int, seed: int = 1, loop: str = "one_store"):
+        self.access, self.n_cores, self.loop = access, n_cores, loop
         if access in ("store", "copy"):
             _compile_plain()
         if access == "load_random":
@@ -454,19 +481,30 @@ class _Point:
             elif a == "load_random":
                 _load_random(self.a, self.idx, sweeps)
             elif a == "store":
-                _store(self.a, sweeps)
+                _LOOPS[a, self.loop][0](self.a, sweeps)
             else:
-                _copy(self.a, self.b, sweeps)
+                _LOOPS[a, self.loop][0](self.a, self.b, sweeps)
         else:
             if a == "load_unit":
                 _load_unit_par(self.a, sweeps, k)
             elif a == "load_random":
                 _load_random_par(self.a, self.idx, sweeps, k)
             elif a == "store":
-                _store_par(self.a, sweeps, k)
+                _LOOPS[a, self.loop][1](self.a, sweeps, k)
             else:
-                _copy_par(self.a, self.b, sweeps, k)
+                _LOOPS[a, self.loop][1](self.a, self.b, sweeps, k)
         return time.perf_counter() - t0
+
+
+def faster_loop(pt: "_Point", sweeps: int, rounds: int = 3) -> str:
+    """Of STORE_LOOPS, the one whose best of ``rounds`` repetitions (alternated) is faster."""
+    best = {}
+    for _ in range(rounds):
+        for loop in STORE_LOOPS:
+            pt.loop = loop
+            dt = pt.run(sweeps)
+            best[loop] = min(best.get(loop, dt), dt)
+    return min(STORE_LOOPS, key=lambda loop: best[loop])
 
 
 def measure_point(access: str, ws_bytes: int, n_cores: int, p: Params) -> PointResult:
@@ -480,7 +518,9 @@ def measure_point(access: str, ws_bytes: int, n_cores: int, p: Params) -> PointR
     while dt < rep_s and sweeps < 1 << 30:
         sweeps *= 2 if dt > rep_s / 16 else 8
         dt = pt.run(sweeps)
-    res = PointResult(access=access, n_cores=n_cores, working_set_bytes=int(pt.ws_bytes))
+    loop = faster_loop(pt, sweeps) if access in ("store", "copy") else ""
+    pt.loop = loop or pt.loop
+    res = PointResult(access=access, n_cores=n_cores, working_set_bytes=int(pt.ws_bytes), loop=loop)
     t_start = time.perf_counter()
     while True:
         dt = pt.run(sweeps)
@@ -601,6 +641,8 @@ def main(argv=None) -> int:
     for r in bw:
         for i, v in enumerate(r.bandwidth_bytes_per_s):
             print(r.access, r.n_cores, r.working_set_bytes, i, f"{v:.6e}")
+        if r.loop:
+            print(f"# loop {r.access} {r.n_cores} core(s) {r.working_set_bytes} B: {r.loop}")
         if not r.stable:
             print(f"# WARNING: {r.access} {r.n_cores} core(s) {r.working_set_bytes} B did not stabilise: "
                   f"spread {r.spread_frac:.1%}")

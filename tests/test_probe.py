@@ -466,3 +466,36 @@ def test_bench_store_kernels_prints_both_loops_and_their_ratio():
     for _, plain, inter, ratio in rows:
         assert float(plain) > 0 and float(inter) > 0
         assert float(ratio) == pytest.approx(float(inter) / float(plain), abs=0.01 + 0.02 * float(ratio))
+
+
+def test_store_and_copy_points_keep_the_faster_of_the_two_loops():
+    """The two compilations of the store/copy loops write the same values; faster_loop keeps the
+    loop whose best alternated repetition is faster; a measured point records the loop it ran."""
+    from probes import memory as pm
+
+    pm._compile_plain()
+    a1, a2 = pm.aligned_full(1000, 0.0), pm.aligned_full(1000, 0.0)
+    assert pm._store(a1, 3) == pm._store_il(a2, 3) == 2.0 and np.array_equal(a1, a2)
+    b1, b2 = pm.aligned_full(1000, 0.0), pm.aligned_full(1000, 0.0)
+    src = np.arange(1000.0)
+    pm._copy_par(src, b1, 2, 2)
+    pm._copy_par_il(src, b2, 2, 2)
+    assert np.array_equal(b1, src) and np.array_equal(b2, src)
+
+    class Fake:
+        """times per loop, in call order; the interleaved loop is faster at its best"""
+        def __init__(self):
+            self.loop = ""
+            self.times = {"one_store": [1.0, 0.9, 1.1], "interleaved": [1.2, 0.8, 1.3]}
+
+        def run(self, sweeps):
+            return self.times[self.loop].pop(0)
+
+    assert pm.faster_loop(Fake(), 1) == "interleaved"
+    fake = Fake()
+    fake.times["interleaved"] = [0.95, 0.95, 0.95]
+    assert pm.faster_loop(fake, 1) == "one_store"
+    p = pm.Params.quick()
+    r = pm.measure_point("store", 64 * 1024, 1, p)
+    assert r.loop in pm.STORE_LOOPS and r.value > 0
+    assert pm.measure_point("load_unit", 64 * 1024, 1, p).loop == ""
