@@ -13,7 +13,10 @@ level's line size) hits at or above ``L``::
     share_L = size_bytes / min(shared_by_cores, active cores) / line_bytes
 
 ``F_b`` is read off the fixed log bins of pmac.memsig with distances uniform inside a bin,
-exactly as :func:`pmac.memsig.hit_fraction` does. Level ``L`` serves ``h_L - h_{L-1}`` of
+exactly as :func:`pmac.memsig.hit_fraction` does. With ``soft_capacity`` (off by default;
+``pmac predict --capacity curve``) a level's capacity is a distribution read off the profile's
+load curve and ``h_L`` the mean of ``F_b`` over its quantiles (pmac.capacity, which says why it
+is off). Level ``L`` serves ``h_L - h_{L-1}`` of
 the accesses, memory serves ``1 - h_last``. Below the first level, what moves is *lines*: an
 access served by level ``L > 1`` (or memory) brings a whole line of ``line_L`` bytes, so the
 traffic from it is ``n_L = accesses * (h_L - h_{L-1}) * line_L`` bytes, priced at the level's
@@ -129,6 +132,7 @@ import pandas as pd
 from .errors import MissingSectionError
 from .memsig import (ACCESS_FETCH, ACCESS_LOAD, ACCESS_STORE, COLD_BIN, LINE_SIZES_BYTES, N_REUSE_BINS,
                      REUSE_BIN_EDGES_LINES)
+from .capacity import capacity_ratios, is_data_level
 from .profile import MachineProfile
 
 #: overlap model kinds the convolver knows
@@ -344,6 +348,7 @@ class MachineCoeffs:
     name: str
     level_names: tuple[str, ...]
     level_line_bytes: tuple[int, ...]
+    #: nominal cumulative capacities (the OS's sizes)
     capacity_lines: tuple[float, ...]
     #: per level then memory (len = levels + 1), bytes/s per core
     load_bandwidth_bytes_per_s: tuple[float, ...]
@@ -371,12 +376,23 @@ class MachineCoeffs:
     fetch_miss_s: float | None = None
     beta: float = DEFAULT_BETA
     active_cores: int = 1
+    #: per level, the capacities (lines, cumulative) of its equally weighted copies read off the
+    #: load curve (pmac.capacity); an empty tuple, or none at all: the nominal capacity
+    capacity_quantile_lines: tuple[tuple[float, ...], ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
         n = len(self.level_names)
         if not (len(self.level_line_bytes) == len(self.capacity_lines) == n):
             raise ValueError("MachineCoeffs: per-level tuples differ in length")
+        q = self.capacity_quantile_lines
+        if q and (len(q) != n or not all(c > 0 for lev in q for c in lev)):
+            raise ValueError("MachineCoeffs: capacity_quantile_lines needs one tuple of positive capacities a level")
+
+    def quantile_lines(self, level: int) -> tuple[float, ...]:
+        """The capacities of level ``level``'s copies (one, the nominal, without a distribution)."""
+        q = self.capacity_quantile_lines
+        return (q[level] if q and q[level] else ()) or (self.capacity_lines[level],)
         if len(self.load_bandwidth_bytes_per_s) != n + 1 or len(self.store_bandwidth_bytes_per_s) != n + 1:
             raise ValueError("MachineCoeffs: bandwidths need one entry per level plus memory")
         if not all(b > 0 and np.isfinite(b) for b in self.load_bandwidth_bytes_per_s + self.store_bandwidth_bytes_per_s):
@@ -410,23 +426,30 @@ def _plateau(level, kinds, active: int, what: str, machine: str) -> tuple[float,
 
 #: apply the dependency probe's slowdown by default? (no: see the module docstring)
 DEPENDENCY_SLOWDOWN = False
+#: capacities as distributions read off the load curves (pmac.capacity) by default? (no: on the
+#: Xeon VM it helped pooled profiles and hurt single probes, see pmac.capacity)
+SOFT_CAPACITY = False
 
 
 def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: float | None = None,
-                   dependency: bool | None = None) -> MachineCoeffs:
+                   dependency: bool | None = None, soft_capacity: bool | None = None) -> MachineCoeffs:
     """Convolver coefficients of a profile with ``active_cores`` ranks busy on its node.
 
     ``dependency``: apply the dependency probe's slowdown (default: :data:`DEPENDENCY_SLOWDOWN`).
+    ``soft_capacity``: level capacities as distributions read off the load curve (pmac.capacity;
+    default: :data:`SOFT_CAPACITY`); off, each level has its nominal capacity.
     """
     if dependency is None:
         dependency = DEPENDENCY_SLOWDOWN
+    if soft_capacity is None:
+        soft_capacity = SOFT_CAPACITY
     profile.require("node", "node.compute", needed_by="convolve")
     node = profile.node
     active = max(1, min(int(active_cores), node.n_cores))
     names, lines, caps, bl, bs, notes = [], [], [], [], [], []
     prev = 0.0
     for lev in node.caches:
-        if lev.name.upper().startswith("L1I") or lev.name.lower().endswith("i"):
+        if not is_data_level(lev.name):
             continue  # instruction caches hold no data
         share = lev.size_bytes / min(lev.shared_by_cores, active) / lev.line_bytes
         cap = share if lev.inclusive else prev + share
@@ -445,6 +468,11 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         out.append(bw)
         if note:
             notes.append(note)
+    quantiles = ()
+    if soft_capacity:
+        # the curve of one core for one active core, of all cores otherwise
+        n_curve = 1 if active == 1 else max((c.n_cores for c in node.bandwidth_curves), default=1)
+        quantiles = tuple(tuple(r * c for r in rl) for rl, c in zip(capacity_ratios(node, n_curve), caps))
     comp = node.compute
     dep_x, dep_y = (), ()
     if dependency and comp.dependency_distance:
@@ -482,7 +510,8 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, chain_add_s=comp.chain_add_s,
         chain_mul_s=comp.chain_mul_s, divider_beta=float(comp.divider_beta or 0.0),
         l1i_capacity_lines=l1i_lines, l1i_line_bytes=l1i_line,
-        fetch_miss_s=fetch_miss, beta=float(beta), active_cores=active, notes=tuple(notes))
+        fetch_miss_s=fetch_miss, beta=float(beta), active_cores=active,
+        capacity_quantile_lines=quantiles, notes=tuple(notes))
 
 
 # ---------------------------------------------------------------- the kernel
@@ -501,21 +530,40 @@ def _segment_curve(out, x, y0, xs, iw, dy, p):
             out[j] += min(max((x[j] - x0) * w, 0.0), 1.0) * d
 
 
+@numba.njit(cache=True, error_model="numpy", fastmath=True)
+def _mean_hits(out, h_k, lev_q, n_q, L, p):
+    """``out[j]``: the hit fraction (of ``h_k``: loads or stores) of level L on machine ``p``, the
+    mean over the level's capacity copies (one, the nominal, without a distribution)."""
+    nq = n_q[L, p]
+    k = lev_q[L, 0, p]
+    for j in range(out.shape[0]):
+        out[j] = h_k[k, j]
+    if nq > 1:
+        for q in range(1, nq):
+            k = lev_q[L, q, p]
+            for j in range(out.shape[0]):
+                out[j] += h_k[k, j]
+        w = 1.0 / nq
+        for j in range(out.shape[0]):
+            out[j] *= w
+
+
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
 def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, recur, recur_mul, branches, dep,
-            bmiss, cap_line, cap_edge, cap_frac, lev_k, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, dv_beta, t_add, t_mul,
+            bmiss, cap_line, cap_edge, cap_frac, lev_q, n_q, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, dv_beta, t_add, t_mul,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail, fetches, fetch_cum, f_line, f_edge, f_frac, f_miss, has_fetch):
     """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
     as a vector over the chunk's bursts, then per machine simple loops over those bursts
     (contiguous, vectorised) writing the machine's row ``out_t[p, b0:b1]``. Machine arrays are
-    (X, machine); levels are padded (a padded level repeats the previous capacity point), curves
+    (X, machine); a level's hit fraction is the mean over its capacity points ``lev_q[L,
+    :n_q[L, p], p]``; levels are padded (a padded level repeats the previous points), curves
     are sums of clamped segments. With ``has_fetch``, a machine with ``f_miss > 0`` adds its L1i
     misses (``fetches * (1 - F_fetch(L1i))``) at ``f_miss`` each to the compute time."""
     n_b = load_bytes.shape[0]
     n_p = beta.shape[0]
     n_k = cap_line.shape[0]
-    n_l = lev_k.shape[0]
+    n_l = lev_q.shape[0]
     # every machine's branch curve on the same knots (all probed by pmac): locate a burst's
     # miss fraction once, then one interpolation per machine
     n_kn = br_knots.shape[0]
@@ -564,6 +612,8 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
         x_br = bmiss[b0:b1]
         hlp = np.empty(m)
         hsp = np.empty(m)
+        hlc = np.empty(m)
+        hsc = np.empty(m)
         tm = np.empty(m)
         mvl = np.empty(m)
         mvs = np.empty(m)
@@ -572,10 +622,8 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
         tdv = np.empty(m)
         for p in range(n_p):
             if n_l > 0:
-                k0 = lev_k[0, p]
-                for j in range(m):
-                    hlp[j] = hl_k[k0, j]
-                    hsp[j] = hs_k[k0, j]
+                _mean_hits(hlp, hl_k, lev_q, n_q, 0, p)
+                _mean_hits(hsp, hs_k, lev_q, n_q, 0, p)
             else:
                 hlp[:] = 0.0
                 hsp[:] = 0.0
@@ -583,13 +631,14 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
             mvl[:] = 0.0
             mvs[:] = 0.0
             for L in range(1, n_l):
-                k = lev_k[L, p]
+                _mean_hits(hlc, hl_k, lev_q, n_q, L, p)
+                _mean_hits(hsc, hs_k, lev_q, n_q, L, p)
                 lbl = line_b[L, p]
                 ibl = inv_bl[L, p]
                 ibs = inv_bs[L, p]
                 for j in range(m):
-                    hl = max(hl_k[k, j], hlp[j])
-                    hs = max(hs_k[k, j], hsp[j])
+                    hl = max(hlc[j], hlp[j])
+                    hs = max(hsc[j], hsp[j])
                     ml = nl[j] * (hl - hlp[j]) * lbl
                     ms = ns[j] * (hs - hsp[j]) * lbl
                     tm[j] += ml * ibl + ms * ibs
@@ -701,8 +750,9 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
     n_l = max([len(m.level_names) for m in machines] + [0])
     n_d = max([len(m.dep_distance) - 1 for m in machines] + [0])
     n_r = max([len(m.branch_miss_frac) - 1 for m in machines] + [0])
+    n_qm = max([len(m.quantile_lines(L)) for m in machines for L in range(len(m.level_names))] + [1])
     points: dict[tuple[int, int, float], int] = {(0, 0, 0.0): 0}
-    a = dict(lev_k=np.zeros((n_l, n_p), np.int64), line_b=np.zeros((n_l + 1, n_p)), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
+    a = dict(lev_q=np.zeros((n_l, n_qm, n_p), np.int64), n_q=np.ones((n_l, n_p), np.int64), line_b=np.zeros((n_l + 1, n_p)), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
              inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), inv_dv=np.zeros(n_p), dv_beta=np.zeros(n_p), t_ch=np.zeros(n_p),
              t_cha=np.zeros(n_p), t_chm=np.zeros(n_p),
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
@@ -711,18 +761,22 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
              f_frac=np.zeros(n_p), f_miss=np.zeros(n_p))
     for p, m in enumerate(machines):
         nl = len(m.level_names)
-        k = 0
         for L in range(n_l):
             if L < nl:
                 # the histogram of the nearest recorded line size
                 li = int(np.argmin(np.abs(np.log2(lb) - np.log2(m.level_line_bytes[L]))))
-                cap = m.capacity_lines[L] * m.level_line_bytes[L] / lb[li]
-                e, f = edge_position(min(cap, MAX_CAPACITY_LINES))
-                k = points.setdefault((li, e, f), len(points))
+                qs = m.quantile_lines(L)
+                a["n_q"][L, p] = len(qs)
+                for q, c in enumerate(qs):
+                    e, f = edge_position(min(c * m.level_line_bytes[L] / lb[li], MAX_CAPACITY_LINES))
+                    a["lev_q"][L, q, p] = points.setdefault((li, e, f), len(points))
                 a["line_b"][L, p] = m.level_line_bytes[L]
                 a["inv_bl"][L, p] = 1.0 / m.load_bandwidth_bytes_per_s[L]
                 a["inv_bs"][L, p] = 1.0 / m.store_bandwidth_bytes_per_s[L]
-            a["lev_k"][L, p] = k          # padded levels repeat the last point: they serve nothing
+            elif L > 0:
+                # padded levels repeat the last points: they serve nothing
+                a["lev_q"][L, :, p] = a["lev_q"][L - 1, :, p]
+                a["n_q"][L, p] = a["n_q"][L - 1, p]
         # memory moves lines of the last level's size
         a["line_b"][nl:, p] = m.level_line_bytes[nl - 1] if nl else 64
         a["inv_bl"][n_l, p] = 1.0 / m.load_bandwidth_bytes_per_s[nl]
@@ -798,7 +852,7 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
             bursts.flop_scalar, bursts.flop_simd, divsqrt, recur, recur_mul,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
-            a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_k"], a["line_b"], a["inv_bl"], a["inv_bs"],
+            a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_q"], a["n_q"], a["line_b"], a["inv_bl"], a["inv_bs"],
             a["inv_fs"], a["inv_fv"], a["inv_dv"], a["dv_beta"], t_add, t_mul, a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail, fetches, fetch_cum, a["f_line"], a["f_edge"], a["f_frac"], a["f_miss"],

@@ -248,12 +248,17 @@ def needed_sections(profile: MachineProfile, sig: Signature, *, burst_source: st
     return lacking
 
 
+#: how predict sizes the cache levels (see predict)
+CAPACITY_MODES = ("nominal", "curve")
+
+
 def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int],
-                       ba: BurstArrays | None = None) -> tuple[np.ndarray, dict]:
+                       ba: BurstArrays | None = None, capacity: str | None = None) -> tuple[np.ndarray, dict]:
     """Convolved burst time before every event (machines x events) and diagnostics; ``ba``: the
-    signature's bursts as arrays when already built."""
+    signature's bursts as arrays when already built; ``capacity``: see :func:`predict`."""
     ba = burst_arrays(sig.memory) if ba is None else ba
-    ms = [machine_coeffs(p, active_cores=a) for p, a in zip(profiles, active_cores)]
+    soft = None if capacity is None else capacity == "curve"
+    ms = [machine_coeffs(p, active_cores=a, soft_capacity=soft) for p, a in zip(profiles, active_cores)]
     ph = phases_of(sig.memory, ba)
     res, _, _ = convolve_phases(ba, ph, ms)
     ev = sig.events
@@ -293,8 +298,14 @@ def _pollution_s(sig: Signature, ex, ba: BurstArrays | None, p: MachineProfile,
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
             burst_source: str = "auto", contention: bool = False, timeline: bool = False,
             measured_collectives: bool = False, collective_excess: bool = True,
-            pollution: bool = True, noise: int = 0) -> Prediction:
-    """Predict ``sig`` on every profile (see module docstring)."""
+            pollution: bool = True, noise: int = 0, capacity: str | None = None) -> Prediction:
+    """Predict ``sig`` on every profile (see module docstring).
+
+    ``capacity``: ``nominal`` (each cache level at its size), ``curve`` (a distribution read off
+    the profile's load curve, pmac.capacity) or None (pmac.convolve.SOFT_CAPACITY decides).
+    """
+    if capacity not in (None,) + CAPACITY_MODES:
+        raise InputError(f"predict: capacity must be one of {', '.join(CAPACITY_MODES)}, not {capacity!r}")
     if noise < 0:
         raise InputError(f"predict: noise draws must be >= 0, got {noise}")
     if not profiles:
@@ -314,7 +325,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
     want_ba = src == "memory" or (pollution and any(_has_pollution_curve(p) for p in profiles))
     ba = burst_arrays(sig.memory) if has_memory(sig) and want_ba else None
     if src == "memory":
-        bursts_all, diag = memory_burst_times(sig, profiles, [min(r, n) for r in rpns], ba)
+        bursts_all, diag = memory_burst_times(sig, profiles, [min(r, n) for r in rpns], ba, capacity)
         if diag["n_untraced_ranks"]:
             notes.append(f"{diag['n_untraced_ranks']} rank(s) without a memory trace take the bursts of a traced rank")
         if diag["n_events_without_burst"]:

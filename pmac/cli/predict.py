@@ -39,6 +39,10 @@ def add_arguments(p):
     p.add_argument("--noise", type=int, default=0, metavar="K",
                    help="replay K draws of the profile's noise (each core's slowdown over time, the noise "
                         "probe) and report the median draw (pmac.noise; default 0: none)")
+    p.add_argument("--capacity", choices=("nominal", "curve"), default="nominal",
+                   help="cache levels at their nominal sizes (default), or each as a distribution of effective "
+                        "capacities read off the profile's load curve (pmac.capacity: for a working set at a "
+                        "level's edge; off by default, see there)")
     p.add_argument("--per-rank", action="store_true", help="also print each rank's split")
     p.add_argument("--critical-path", action="store_true", help="also print the critical path")
     fmt = p.add_mutually_exclusive_group()
@@ -192,7 +196,8 @@ def run(args) -> int:
                                  contention=args.contention, timeline=bool(args.timeline),
                                  measured_collectives=args.measured_collectives,
                                  collective_excess=not args.no_collective_excess,
-                                 pollution=not args.no_pollution, noise=args.noise))
+                                 pollution=not args.no_pollution, noise=args.noise,
+                                 capacity=args.capacity))
     if args.json:
         doc = {"predictions": [{"signature": p.signature, "summary": _records(p.summary),
                                 "per_rank": _records(p.per_rank), "critical_path": _records(p.critical_path),
