@@ -62,7 +62,7 @@ from .errors import InputError, MissingSectionError
 from .expand import collapse_timeline, expand_for_replay, unreplayed_note
 from .phases import convolve_phases, phases_of
 from .profile import MachineProfile
-from .signature import Signature
+from .signature import Signature, huge_page_fraction
 from .trace import Op, op_name
 from .units import format_quantity
 
@@ -295,6 +295,23 @@ def _pollution_s(sig: Signature, ex, ba: BurstArrays | None, p: MachineProfile,
     return np.where(ex.first, x[ex.source_row], 0.0) if ex.changed else x
 
 
+def pages_note(sig: Signature, profile: MachineProfile) -> str | None:
+    """A note when the traced program's memory and the profile's memory probe were on different
+    pages (huge or 4 KiB): beyond the L2 a probe on huge pages measures faster memory than a
+    program on 4 KiB pages sees (README, probing: 4-17 % for loads on the Xeon VM). None when they
+    agree or either is not recorded (signatures traced before stop 32, profiles before stop 31)."""
+    frac = huge_page_fraction(sig.header)
+    pages = profile.provenance.get("pages")
+    if frac is None or not isinstance(pages, dict) or not pages.get("in_effect"):
+        return None
+    probe_huge = str(pages["in_effect"]).startswith("huge") and "not asked for" not in str(pages["in_effect"])
+    if probe_huge == (frac >= 0.5):
+        return None
+    return (f"{profile.name}: memory probed on {pages['in_effect']}, the traced program had {100 * frac:.0f} % "
+            f"of its anonymous memory on huge pages: working sets beyond the L2 are priced for other pages "
+            f"than it ran on (pmac probe --pages {'default' if probe_huge else 'huge'} probes them as it ran)")
+
+
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
             burst_source: str = "auto", contention: bool = False, timeline: bool = False,
             measured_collectives: bool = False, collective_excess: bool = True,
@@ -340,6 +357,8 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
                          "each burst is priced as one; pmac trace --memory again to split them")
         for p, cn in zip(profiles, diag["coeff_notes"]):
             notes += [f"{p.name}: {x}" for x in cn]
+            if (pn := pages_note(sig, p)) is not None:
+                notes.append(pn)
     else:
         measured = ev["burst_s"].to_numpy(np.float64)
         bursts_all = np.broadcast_to(measured, (len(profiles), len(ev)))

@@ -42,7 +42,7 @@ RECORD_DTYPE = np.dtype([("type", "u1"), ("flag", "u1"), ("op", "<i2"), ("comm",
                          ("n_sub", "<i4"), ("pad", "<i4")])
 assert HEADER_DTYPE.itemsize == HEADER_BYTES and RECORD_DTYPE.itemsize == RECORD_BYTES
 
-T_EVENT, T_REQ, T_VCOUNT, T_COMMDEF, T_MEMBER, T_CLOCK = 1, 2, 3, 4, 5, 6
+T_EVENT, T_REQ, T_VCOUNT, T_COMMDEF, T_MEMBER, T_CLOCK, T_PAGES = 1, 2, 3, 4, 5, 6, 7
 
 _CREATES_REQUEST = frozenset({Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND, Op.IRECV, Op.IMRECV, Op.SEND_INIT,
                               Op.RECV_INIT, Op.COMM_IDUP, Op.INEIGHBOR_ALLGATHER, Op.INEIGHBOR_ALLTOALL,
@@ -88,6 +88,10 @@ class RawTrace:
     #: the MPI thread level the ranks' MPI_Init(_thread) provided (pmac.mpi.THREAD_LEVELS; the
     #: highest where ranks differ), '' where the shim did not record it
     thread_level: str = ""
+    #: per rank (by rank), its anonymous memory and how much of it was on huge pages, in bytes, at
+    #: the shim's sample with the most anonymous memory (type-7 records); None for a rank without
+    #: samples (older shims, other threads calling MPI)
+    pages: tuple = ()
 
 
 def read_raw_file(path: str | Path) -> RawRank:
@@ -195,7 +199,12 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
     n_records = 0
     n_large = 0
     levels = set()   # the thread levels the ranks' MPI_Init(_thread) recorded (pmac.shim_gen)
+    pages: dict[int, tuple[int, int]] = {}
     for r in sorted(ranks, key=lambda x: x.rank):
+        samples = r.records[r.records["type"] == T_PAGES]
+        if len(samples):
+            k = int(np.argmax(samples["send_bytes"]))
+            pages[r.rank] = (int(samples["send_bytes"][k]), int(samples["recv_bytes"][k]))
         ev_mask = r.records["type"] == T_EVENT
         n_large += int(np.count_nonzero(ev_mask & ((r.records["flag"] & 0x80) != 0)))
         init_aux = r.records["aux"][ev_mask & (r.records["op"] == int(Op.INIT))]
@@ -245,7 +254,8 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
                     comms=COMMS.coerce(comms), rank_hosts=hosts, warnings=tuple(warnings),
                     unmatched=tuple(unmatched), truncated_ranks=tuple(truncated), missing_ranks=missing,
                     has_valgrind=has_vg, stats={"n_records": n_records, "n_large_count_calls": n_large},
-                    thread_level=THREAD_LEVELS[max(levels) - 1] if levels else "")
+                    thread_level=THREAD_LEVELS[max(levels) - 1] if levels else "",
+                    pages=tuple(pages.get(i) for i in range(size)) if pages else ())
 
 
 def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs: dict):

@@ -104,6 +104,27 @@ class Signature:
         return self.header.n_ranks
 
 
+def memory_pages(pages) -> dict:
+    """The provenance entry for the traced ranks' memory pages (pmac.rawtrace.RawTrace.pages: per
+    rank (anonymous bytes, of which on huge pages) or None): ``{}`` without any sample."""
+    if not pages or all(p is None for p in pages):
+        return {}
+    return {"memory_pages": {"anonymous_bytes": [None if p is None else int(p[0]) for p in pages],
+                             "anon_huge_bytes": [None if p is None else int(p[1]) for p in pages]}}
+
+
+def huge_page_fraction(header: SignatureHeader) -> float | None:
+    """The share of the traced ranks' anonymous memory that was on huge pages (at each rank's sample
+    with the most of it), None where the tracer did not record it."""
+    mp = header.provenance.get("memory_pages")
+    if not isinstance(mp, dict):
+        return None
+    pairs = [(a, h) for a, h in zip(mp.get("anonymous_bytes") or (), mp.get("anon_huge_bytes") or ())
+             if a is not None and h is not None]
+    anon = sum(a for a, _ in pairs)
+    return sum(h for _, h in pairs) / anon if anon > 0 else None
+
+
 def make_signature(header: SignatureHeader, events: pd.DataFrame, *, requests=None, vcounts=None,
                    comms=None, memory=None) -> Signature:
     """Build a Signature with coerced tables (missing optional tables become empty)."""

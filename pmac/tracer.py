@@ -23,7 +23,7 @@ from .errors import InputError
 from .rawtrace import RawTrace, read_raw_dir
 from .schema import provenance
 from .shim_build import ShimBuild, shim_for
-from .signature import Signature, SignatureHeader, make_signature, save_signature
+from .signature import Signature, SignatureHeader, make_signature, memory_pages, save_signature
 
 TRACE_DIR_ENV = "PMAC_TRACE_DIR"
 
@@ -150,7 +150,7 @@ def trace_mpi(argv: list[str], out: str | Path, *, parameters: dict[str, Any] | 
                 "shim_source_hash": shim.source_hash, "exit_code": int(rc),
                 "valgrind_requests": bool(raw.has_valgrind), "fortran_library": shim.fortran_library,
                 "n_large_count_calls": int(raw.stats.get("n_large_count_calls", 0)),
-                "warnings": list(raw.warnings)},
+                "warnings": list(raw.warnings)} | memory_pages(raw.pages),
         )
         sig = make_signature(header, raw.events, requests=raw.requests, vcounts=raw.vcounts, comms=raw.comms)
         progress(0.9, "saving the signature")

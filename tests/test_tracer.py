@@ -485,3 +485,74 @@ def test_stopping_a_run_waits_for_the_whole_process_group(tmp_path):
     _stop_group(proc)
     assert proc.returncode == 0
     assert out.read_text() == "written\n"
+
+
+_PAGES_APP = r"""
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    size_t n = (size_t)64 << 20;
+    char *a = NULL;
+    if (argc > 1) {   /* huge pages asked for, as numpy does for its arrays */
+        if (posix_memalign((void **)&a, (size_t)2 << 20, n)) return 1;
+        madvise(a, n, MADV_HUGEPAGE);
+    } else {
+        a = malloc(n);
+    }
+    memset(a, 1, n);
+    double x = a[12345], y;
+    for (int i = 0; i < 20; i++) MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    free(a);          /* gone before MPI_Finalize: the samples during the loop keep it */
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+def test_the_traced_programs_pages_are_recorded_and_predict_names_a_mismatch(env, tmp_path):
+    """The shim samples each rank's anonymous memory and its huge pages (type-7 records); the
+    signature keeps the largest sample of each rank; predict notes a profile probed on other pages."""
+    import dataclasses
+
+    from pmac.predict import pages_note
+    from pmac.signature import huge_page_fraction
+    from probes.memory import thp_setting
+    from synth import two_level_profile
+
+    src = tmp_path / "pages.c"
+    src.write_text(_PAGES_APP)
+    exe = tmp_path / "pages"
+    subprocess.run([env["mpi"].mpicc, "-O1", "-o", str(exe), str(src)], check=True)
+    thp = thp_setting()
+    fracs, sigs = {}, {}
+    for mode, args in (("plain", []), ("huge", ["huge"])):
+        res = _trace(env, 2, [str(exe), *args], f"pages-{mode}")
+        assert res.returncode == 0
+        mp = res.signature.header.provenance["memory_pages"]
+        # each rank saw its 64 MiB array (and MPI's own memory beside it)
+        assert all(a >= 64 << 20 and 0 <= h <= a for a, h in zip(mp["anonymous_bytes"], mp["anon_huge_bytes"]))
+        fracs[mode], sigs[mode] = huge_page_fraction(res.signature.header), res.signature
+        # saved and loaded with the signature
+        from pmac.signature import load_signature
+        assert huge_page_fraction(load_signature(env["dir"] / f"pages-{mode}").header) == fracs[mode]
+    if thp == "madvise":
+        assert fracs["plain"] < 0.25 and fracs["huge"] > 0.5, fracs
+    elif thp == "never":
+        assert fracs["plain"] == fracs["huge"] == 0.0
+    prof = two_level_profile()
+    in_effect = {"default": "4 KiB pages: huge pages not asked for (transparent huge pages: madvise)",
+                 "huge": "huge pages, asked for (transparent huge pages: madvise)"}
+    for mode, sig in sigs.items():
+        for pmode, words in in_effect.items():
+            p = dataclasses.replace(prof, provenance=dict(prof.provenance, pages={"mode": pmode, "in_effect": words}))
+            agree = (fracs[mode] >= 0.5) == (pmode == "huge")
+            assert pages_note(sig, p) == (None if agree else (
+                f"synth: memory probed on {words}, the traced program had {100 * fracs[mode]:.0f} % of its "
+                "anonymous memory on huge pages: working sets beyond the L2 are priced for other pages than it "
+                f"ran on (pmac probe --pages {'default' if pmode == 'huge' else 'huge'} probes them as it ran)"))
+            if thp == "madvise":   # the plain program on 4 KiB pages, the other on huge ones
+                assert agree == ((mode == "plain") == (pmode == "default"))
+        assert pages_note(sig, prof) is None          # the profile does not say its pages
