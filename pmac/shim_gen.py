@@ -300,7 +300,7 @@ WRAPPERS: list[W] = [
     W("MPI_Init_thread", "int *argc, char ***argv, int required, int *provided", Op.INIT, pre=_INIT_PRE,
       always=_INIT_ALWAYS, post=_INIT_POST),
     W("MPI_Finalize", "void", Op.FINALIZE, post="r.comm = 0;",
-      subs="if (!pmac_mt && pthread_equal(pthread_self(), pmac_owner)) pmac_pages_sample(r.seq); pmac_close();"),
+      subs="if (!pmac_mt && pthread_equal(pthread_self(), pmac_owner)) pmac_pages_sample(r.seq, 1); pmac_close();"),
     W("MPI_Abort", "MPI_Comm comm, int errorcode", Op.OTHER,
       pre="if (pmac_on) { PMAC_FILL(r, 127); r.t_end_ns = r.t_start_ns; r.comm = pmac_cid(comm); "
           "r.aux = errorcode; pmac_push(&r); pmac_close(); }"),

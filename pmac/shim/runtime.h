@@ -170,18 +170,29 @@ static inline void pmac_push_unlocked(const pmac_rec *r) {
 
 /* How much of the program's anonymous memory is on huge pages (a probe on huge pages measures
  * faster memory than a program on 4 KiB pages sees: README, probing). Read at the end of the 1st,
- * 3rd, 7th, 15th... (2^k - 1) call after MPI_Init and of MPI_Finalize: a few reads of smaps_rollup
- * (a walk of the mappings: 16 us from a small C program, 150 us from Python) that catch the arrays
- * a program allocates before its loop, even when it frees them before MPI_Finalize. Only from the thread that called MPI_Init, before any other thread
+ * 3rd, 7th, 15th... (2^k - 1) call after MPI_Init (skipped while pmac_pages_after says so) and of
+ * MPI_Finalize: a few reads of smaps_rollup that catch the arrays a program allocates before its
+ * loop, even when it frees them before MPI_Finalize. Only from the thread that called MPI_Init, before any other thread
  * called MPI. */
 static int64_t pmac_pages_next = 1;
+/* no sample before this monotonic time: 100 times the last read's duration after it, so that the
+ * reads stay under 1 % of the run (an MPI rank's rollup walks its page tables, shared-memory
+ * segments included: with a read at every 2^k - 1st call, bench/trace_overhead's 40 ms tight
+ * loop cost 15-35 ns more an event, 3-7 ms a rank over its 18 reads, ~200 us a read) */
+static int64_t pmac_pages_after;
 
-static void pmac_pages_sample(int64_t seq) {
+/* out of line: inlined, its 4 KiB buffer grew every wrapper's frame, which the stack-clash
+ * probes then touched on each call (+15-18 ns an event in bench/trace_overhead) */
+__attribute__((noinline, cold)) static void pmac_pages_sample(int64_t seq, int always) {
+    int64_t t0 = pmac_mono();
+    if (!always && t0 < pmac_pages_after) return;
     int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     char buf[4096];
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
+    int64_t t1 = pmac_mono();
+    pmac_pages_after = t1 + 100 * (t1 - t0);
     if (n <= 0) return;
     buf[n] = 0;
     const char *a = strstr(buf, "\nAnonymous:"), *h = strstr(buf, "\nAnonHugePages:");
@@ -200,7 +211,7 @@ static inline void pmac_push(const pmac_rec *r) {
     if (__builtin_expect(!pmac_mt && pthread_equal(pthread_self(), pmac_owner), 1)) {
         if (__builtin_expect(r->type == 1 && r->seq >= pmac_pages_next, 0)) {
             pmac_pages_next = 2 * r->seq + 1;
-            pmac_pages_sample(r->seq);
+            pmac_pages_sample(r->seq, 0);
         }
         pmac_push_unlocked(r);
         return;
