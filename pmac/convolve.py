@@ -129,10 +129,10 @@ import numba
 import numpy as np
 import pandas as pd
 
+from .capacity import capacity_ratios, is_data_level
 from .errors import MissingSectionError
 from .memsig import (ACCESS_FETCH, ACCESS_LOAD, ACCESS_STORE, COLD_BIN, LINE_SIZES_BYTES, N_REUSE_BINS,
                      REUSE_BIN_EDGES_LINES)
-from .capacity import capacity_ratios, is_data_level
 from .profile import MachineProfile
 
 #: overlap model kinds the convolver knows
@@ -388,17 +388,17 @@ class MachineCoeffs:
         q = self.capacity_quantile_lines
         if q and (len(q) != n or not all(c > 0 for lev in q for c in lev)):
             raise ValueError("MachineCoeffs: capacity_quantile_lines needs one tuple of positive capacities a level")
-
-    def quantile_lines(self, level: int) -> tuple[float, ...]:
-        """The capacities of level ``level``'s copies (one, the nominal, without a distribution)."""
-        q = self.capacity_quantile_lines
-        return (q[level] if q and q[level] else ()) or (self.capacity_lines[level],)
         if len(self.load_bandwidth_bytes_per_s) != n + 1 or len(self.store_bandwidth_bytes_per_s) != n + 1:
             raise ValueError("MachineCoeffs: bandwidths need one entry per level plus memory")
         if not all(b > 0 and np.isfinite(b) for b in self.load_bandwidth_bytes_per_s + self.store_bandwidth_bytes_per_s):
             raise ValueError("MachineCoeffs: bandwidths must be positive")
         if not 0.0 <= self.beta <= 1.0:
             raise ValueError(f"MachineCoeffs: beta must be in [0, 1], got {self.beta}")
+
+    def quantile_lines(self, level: int) -> tuple[float, ...]:
+        """The capacities of level ``level``'s copies (one, the nominal, without a distribution)."""
+        q = self.capacity_quantile_lines
+        return (q[level] if q and q[level] else ()) or (self.capacity_lines[level],)
 
 
 _LOAD_KINDS = ("load_unit", "copy", "load_random")

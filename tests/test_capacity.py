@@ -137,3 +137,16 @@ def test_predict_capacity_option(monkeypatch, capsys):
     out = capsys.readouterr().out
     total = float(out.splitlines()[1].split(",")[7])
     assert total == pytest.approx(curve.summary.iloc[0].total_s, rel=1e-9)
+
+
+def test_machine_coeffs_refuse_bad_capacities_and_bandwidths():
+    m = machine_coeffs(_profile_with_curve(0.5 * MIB, 2 * MIB), soft_capacity=True)
+    with pytest.raises(ValueError, match="capacity_quantile_lines needs one tuple of positive capacities a level"):
+        dataclasses.replace(m, capacity_quantile_lines=m.capacity_quantile_lines[:1])
+    with pytest.raises(ValueError, match="capacity_quantile_lines needs one tuple"):
+        dataclasses.replace(m, capacity_quantile_lines=((1.0,), (0.0, 5.0)))
+    # the checks after the capacities' still run
+    with pytest.raises(ValueError, match="bandwidths must be positive"):
+        dataclasses.replace(m, load_bandwidth_bytes_per_s=(1e9, -1.0, 1e9))
+    with pytest.raises(ValueError, match=r"beta must be in \[0, 1\], got 2"):
+        dataclasses.replace(m, beta=2.0)
