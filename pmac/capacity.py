@@ -50,7 +50,7 @@ from typing import Sequence
 
 import numpy as np
 
-#: capacity copies per level and access kind
+#: capacity copies per level
 N_QUANTILES = 8
 #: fewest curve points inside a level's window for a distribution
 MIN_POINTS = 3
