@@ -295,6 +295,32 @@ def _pollution_s(sig: Signature, ex, ba: BurstArrays | None, p: MachineProfile,
     return np.where(ex.first, x[ex.source_row], 0.0) if ex.changed else x
 
 
+#: relative difference of a machine's compute between the two capacity modes beyond which predict
+#: says that the prediction hangs on where a cache level's edge is
+EDGE_NOTE_FRAC = 0.10
+
+
+def edge_notes(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int],
+               ba: BurstArrays | None, bursts: np.ndarray, capacity: str | None) -> list[str]:
+    """Notes for the machines whose convolved compute (summed over all calls) moves by more than
+    :data:`EDGE_NOTE_FRAC` between nominal cache sizes and those read off the profile's load curve
+    (pmac.capacity): the application's working set sits at a level's edge, and the prediction
+    depends on where that edge really is. ``bursts``: the burst times in the mode predicted."""
+    from . import convolve as pc
+
+    used = capacity or ("curve" if pc.SOFT_CAPACITY else "nominal")
+    other = "nominal" if used == "curve" else "curve"
+    alt, _ = memory_burst_times(sig, profiles, active_cores, ba, other)
+    out = []
+    for k, p in enumerate(profiles):
+        a, b = float(bursts[k].sum()), float(alt[k].sum())
+        if a > 0 and abs(b - a) > EDGE_NOTE_FRAC * a:
+            out.append(f"{p.name}: a working set sits at a cache level's edge: the calls' compute sums to "
+                       f"{a:.4g} s with {used} cache sizes, {b:.4g} s with the other's (pmac predict "
+                       f"--capacity {other}; pmac.capacity)")
+    return out
+
+
 def pages_note(sig: Signature, profile: MachineProfile) -> str | None:
     """A note when the traced program's memory and the profile's memory probe were on different
     pages (huge or 4 KiB): beyond the L2 a probe on huge pages measures faster memory than a
@@ -342,7 +368,9 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
     want_ba = src == "memory" or (pollution and any(_has_pollution_curve(p) for p in profiles))
     ba = burst_arrays(sig.memory) if has_memory(sig) and want_ba else None
     if src == "memory":
-        bursts_all, diag = memory_burst_times(sig, profiles, [min(r, n) for r in rpns], ba, capacity)
+        actives = [min(r, n) for r in rpns]
+        bursts_all, diag = memory_burst_times(sig, profiles, actives, ba, capacity)
+        notes += edge_notes(sig, profiles, actives, ba, bursts_all, capacity)
         if diag["n_untraced_ranks"]:
             notes.append(f"{diag['n_untraced_ranks']} rank(s) without a memory trace take the bursts of a traced rank")
         if diag["n_events_without_burst"]:

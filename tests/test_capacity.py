@@ -150,3 +150,30 @@ def test_machine_coeffs_refuse_bad_capacities_and_bandwidths():
         dataclasses.replace(m, load_bandwidth_bytes_per_s=(1e9, -1.0, 1e9))
     with pytest.raises(ValueError, match=r"beta must be in \[0, 1\], got 2"):
         dataclasses.replace(m, beta=2.0)
+
+
+def test_predict_notes_a_working_set_at_a_levels_edge():
+    """The 1 MiB sweeps of test_predict_capacity_option sit inside the L2's edge on the curve: predict
+    says so, with both compute sums; a profile without curves (nominal both ways) gets no such note."""
+    import pmac.predict as pp
+    from pmac.convolve import burst_arrays
+    from synth import memory_tables, pingpong_signature, two_level_profile
+
+    prof = _profile_with_curve(0.5 * MIB, 2 * MIB)
+    n_lines = MIB / 64
+    bursts = [dict(rank=r, seq=s, load_bytes=MIB, loads=8 * n_lines) for r in (0, 1) for s in (1, 2, 3, 4)]
+    hists = [dict(rank=b["rank"], seq=b["seq"], access=0, counts={0: 7 * n_lines, n_lines: n_lines}) for b in bursts]
+    mem = memory_tables(bursts, hists)
+    sig = pingpong_signature(memory=mem)
+    sums = {}
+    for soft, mode in ((False, "nominal"), (True, "curve")):
+        t = convolve(burst_arrays(mem), [machine_coeffs(prof, active_cores=2, soft_capacity=soft)]).time_s[0]
+        sums[mode] = t.sum()
+    assert abs(sums["curve"] - sums["nominal"]) > 0.1 * sums["nominal"]
+    for mode, other in (("nominal", "curve"), ("curve", "nominal")):
+        notes = [n for n in pp.predict(sig, [prof], capacity=mode).notes if "cache level's edge" in n]
+        assert notes == [f"synth: a working set sits at a cache level's edge: the calls' compute sums to "
+                         f"{sums[mode]:.4g} s with {mode} cache sizes, {sums[other]:.4g} s with the other's "
+                         f"(pmac predict --capacity {other}; pmac.capacity)"]
+    plain = two_level_profile(beta=0.0, dep=False, branch=False)
+    assert not [n for n in pp.predict(sig, [plain]).notes if "edge" in n]
