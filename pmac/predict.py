@@ -308,6 +308,8 @@ def edge_notes(sig: Signature, profiles: Sequence[MachineProfile], active_cores:
     depends on where that edge really is. ``bursts``: the burst times in the mode predicted."""
     from . import convolve as pc
 
+    if not any(p.node is not None and p.node.bandwidth_curves for p in profiles):
+        return []      # no curve to read a capacity off: both sizings are the nominal one
     used = capacity or ("curve" if pc.SOFT_CAPACITY else "nominal")
     other = "nominal" if used == "curve" else "curve"
     alt, _ = memory_burst_times(sig, profiles, active_cores, ba, other)
