@@ -57,6 +57,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from . import convolve as _convolve
 from .convolve import BurstArrays, burst_arrays, event_bursts, machine_coeffs
 from .errors import InputError, MissingSectionError
 from .expand import collapse_timeline, expand_for_replay, unreplayed_note
@@ -253,12 +254,11 @@ CAPACITY_MODES = ("nominal", "curve")
 
 
 def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int],
-                       ba: BurstArrays | None = None, capacity: str | None = None) -> tuple[np.ndarray, dict]:
+                       ba: BurstArrays | None = None, capacity: str = "nominal") -> tuple[np.ndarray, dict]:
     """Convolved burst time before every event (machines x events) and diagnostics; ``ba``: the
-    signature's bursts as arrays when already built; ``capacity``: see :func:`predict`."""
+    signature's bursts as arrays when already built; ``capacity``: one of CAPACITY_MODES."""
     ba = burst_arrays(sig.memory) if ba is None else ba
-    soft = None if capacity is None else capacity == "curve"
-    ms = [machine_coeffs(p, active_cores=a, soft_capacity=soft) for p, a in zip(profiles, active_cores)]
+    ms = [machine_coeffs(p, active_cores=a, soft_capacity=capacity == "curve") for p, a in zip(profiles, active_cores)]
     ph = phases_of(sig.memory, ba)
     res, _, _ = convolve_phases(ba, ph, ms)
     ev = sig.events
@@ -301,24 +301,22 @@ EDGE_NOTE_FRAC = 0.10
 
 
 def edge_notes(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int],
-               ba: BurstArrays | None, bursts: np.ndarray, capacity: str | None) -> list[str]:
+               ba: BurstArrays | None, bursts: np.ndarray, capacity: str) -> list[str]:
     """Notes for the machines whose convolved compute (summed over all calls) moves by more than
     :data:`EDGE_NOTE_FRAC` between nominal cache sizes and those read off the profile's load curve
     (pmac.capacity): the application's working set sits at a level's edge, and the prediction
-    depends on where that edge really is. ``bursts``: the burst times in the mode predicted."""
-    from . import convolve as pc
-
+    depends on where that edge really is. ``bursts``: the burst times with ``capacity`` (the mode
+    predicted)."""
     if not any(p.node is not None and p.node.bandwidth_curves for p in profiles):
         return []      # no curve to read a capacity off: both sizings are the nominal one
-    used = capacity or ("curve" if pc.SOFT_CAPACITY else "nominal")
-    other = "nominal" if used == "curve" else "curve"
+    other = "nominal" if capacity == "curve" else "curve"
     alt, _ = memory_burst_times(sig, profiles, active_cores, ba, other)
     out = []
     for k, p in enumerate(profiles):
         a, b = float(bursts[k].sum()), float(alt[k].sum())
         if a > 0 and abs(b - a) > EDGE_NOTE_FRAC * a:
             out.append(f"{p.name}: a working set sits at a cache level's edge: the calls' compute sums to "
-                       f"{a:.4g} s with {used} cache sizes, {b:.4g} s with the other's (pmac predict "
+                       f"{a:.4g} s with {capacity} cache sizes, {b:.4g} s with the other's (pmac predict "
                        f"--capacity {other}; pmac.capacity)")
     return out
 
@@ -351,6 +349,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
     """
     if capacity not in (None,) + CAPACITY_MODES:
         raise InputError(f"predict: capacity must be one of {', '.join(CAPACITY_MODES)}, not {capacity!r}")
+    capacity = capacity or ("curve" if _convolve.SOFT_CAPACITY else "nominal")
     if noise < 0:
         raise InputError(f"predict: noise draws must be >= 0, got {noise}")
     if not profiles:
