@@ -631,17 +631,26 @@ def not_this_machine(profile: MachineProfile) -> str | None:
     return None
 
 
+#: provenance keys of a profile that took its node or network from another profile
+DERIVED_PROVENANCE = ("combined_from", "node_profile")
+
+
 def this_machines_profile(directory: str | Path) -> Path | None:
     """The first profile (by file name) in ``directory`` that describes this machine
-    (:func:`not_this_machine`); None when none does. Unreadable files are skipped."""
+    (:func:`not_this_machine`), a probe of it before one built from other profiles (pmac combine,
+    the emulated variants of bench/emulated_profiles: their network is another machine's); None
+    when none does. Unreadable files are skipped."""
+    derived = None
     for path in sorted(Path(directory).glob("*.yaml")):
         try:
             prof = load_profile(path)
         except InputError:
             continue
         if not_this_machine(prof) is None:
-            return path
-    return None
+            if not any(k in (prof.provenance or {}) for k in DERIVED_PROVENANCE):
+                return path
+            derived = derived or path
+    return derived
 
 
 def default_profile_of_this_machine(directory: str | Path) -> Path:
@@ -682,13 +691,29 @@ def verify_raw(profile: MachineProfile, yaml_path: str | Path) -> None:
         raise InputError(f"raw sidecar '{profile.raw_file}' does not match its recorded sha256", path=yaml_path)
 
 
+#: provenance keys that describe the node's memory probe (kept at the top by :func:`combine`)
+NODE_PROVENANCE = ("pages", "transparent_hugepage")
+
+
+def node_probe_provenance(profile: MachineProfile) -> dict:
+    """What ``profile``'s provenance says of how its node's memory was probed (NODE_PROVENANCE):
+    for a profile that takes its node from another one and writes a provenance of its own."""
+    prov = profile.provenance or {}
+    return {k: prov[k] for k in NODE_PROVENANCE if k in prov}
+
+
 def combine(node_from: MachineProfile, network_from: MachineProfile, *, name: str,
             description: str = "") -> MachineProfile:
-    """A complete profile from the node of one profile and the network of another."""
+    """A complete profile from the node of one profile and the network of another.
+
+    The inputs' provenances are kept whole under ``node_provenance`` / ``network_provenance``; what
+    describes how the node's memory was probed (``pages``, ``transparent_hugepage``) is also lifted
+    to the top, where pmac predict's pages note, pmac show and pmac pool read it."""
     node_from.require("node", needed_by="combine")
     network_from.require("network", needed_by="combine")
+    prov = {"combined_from": {"node": node_from.name, "network": network_from.name},
+            "node_provenance": node_from.provenance, "network_provenance": network_from.provenance}
+    prov.update(node_probe_provenance(node_from))
     return dataclasses.replace(
         node_from, name=name, network=network_from.network, network_variants=network_from.network_variants,
-        description=description or f"node of {node_from.name}, network of {network_from.name}",
-        provenance={"combined_from": {"node": node_from.name, "network": network_from.name},
-                    "node_provenance": node_from.provenance, "network_provenance": network_from.provenance})
+        description=description or f"node of {node_from.name}, network of {network_from.name}", provenance=prov)

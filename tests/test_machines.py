@@ -66,11 +66,16 @@ def test_a_profile_describes_this_machine_by_host_and_cpu(tmp_path, monkeypatch)
     other_host = dataclasses.replace(here, name="a-other", provenance={**here.provenance, "host": "elsewhere"})
     assert not_this_machine(other_host) == f"probed on host 'elsewhere', this is {socket.gethostname()!r}"
     (tmp_path / "0-broken.yaml").write_text("kind: [")
-    for prof in (other_host, other_cpu, here):
+    # a variant built on this machine's node (bench/emulated_profiles) comes first by name, but a
+    # probe of the machine is preferred to it
+    variant = dataclasses.replace(here, name="emu-here", provenance={**here.provenance, "node_profile": "here"})
+    for prof in (other_host, other_cpu, here, variant):
         save_profile(prof, tmp_path / f"{prof.name}.yaml")
     assert this_machines_profile(tmp_path) == tmp_path / "here.yaml"
     assert default_profile_of_this_machine(tmp_path) == tmp_path / "here.yaml"
     (tmp_path / "here.yaml").unlink()
+    assert this_machines_profile(tmp_path) == tmp_path / "emu-here.yaml"   # no probe left: the variant
+    (tmp_path / "emu-here.yaml").unlink()
     assert this_machines_profile(tmp_path) is None
     with pytest.raises(InputError, match=rf"^no profile in {tmp_path} was probed on this machine \({re.escape(cpu_model())}\): "
                                          r"pmac probe --name NAME, then --machine machines/NAME\.yaml$"):
