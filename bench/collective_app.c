@@ -1,5 +1,6 @@
 /* 2-rank collectives timed back to back in C, as probes/network.py times them from mpi4py:
- * per (op, bytes) the loop time per call (the slower rank's), median of REPS repetitions.
+ * per (op, bytes) the loop time per call (the slower rank's), median of REPS repetitions; a
+ * bcast's root alternates between the two ranks call by call (since 27 Nov 2026).
  * Usage: collective_app ITERS REPS [single|multiple] (the MPI thread level to initialise MPI at,
  * default single); prints "op bytes seconds" lines on rank 0.
  * Used by bench/collective_check. */
@@ -29,7 +30,8 @@ int main(int argc, char **argv) {
                 double t0 = MPI_Wtime();
                 for (int i = 0; i < iters; i++) {
                     if (o == 0) MPI_Barrier(MPI_COMM_WORLD);
-                    else if (o == 1) MPI_Bcast(a, n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+                    else if (o == 1) MPI_Bcast(a, n, MPI_DOUBLE, i % 2, MPI_COMM_WORLD); /* root moves, as
+                        probes/network.py's (a fixed root runs ahead of the other rank) */
                     else MPI_Allreduce(a, b, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                 }
                 double dt = (MPI_Wtime() - t0) / iters, worst;

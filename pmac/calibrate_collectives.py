@@ -71,10 +71,17 @@ def two_rank_events(n: int, op, **cols) -> pd.DataFrame:
     return EVENTS.coerce(pd.DataFrame(d)[list(EVENTS.names)])
 
 
-def loop_events(op: int, m: int, n: int) -> pd.DataFrame:
+def loop_events(op: int, m: int, n: int, bcast_root: str = "fixed") -> pd.DataFrame:
     """Two ranks calling ``op`` of ``m`` bytes ``n`` times (bytes as the probe records them: the
-    send buffer; root 0)."""
-    return two_rank_events(n, op, send_bytes=m, recv_bytes=m, root=0 if op == int(Op.BCAST) else -1)
+    send buffer); a bcast's root 0 every call (``bcast_root`` 'fixed') or 0, 1, 0, ... ('rotating')
+    as the probe placed it (pmac.profile.NetworkModel.bcast_root)."""
+    if op != int(Op.BCAST):
+        root = -1
+    elif bcast_root == "rotating":
+        root = np.arange(2 * n) % n % 2
+    else:
+        root = 0
+    return two_rank_events(n, op, send_bytes=m, recv_bytes=m, root=root)
 
 
 def replayed_s(network: NetworkModel, placement: str, blocks: list[tuple[int, int]], options, *,
@@ -90,7 +97,8 @@ def replayed_s(network: NetworkModel, placement: str, blocks: list[tuple[int, in
     nodes = np.array(PLACEMENT_NODES[placement])
     out = np.empty(len(blocks))
     for k, (op, m) in enumerate(blocks):
-        ends = [replay(loop_events(op, m, n), None, nodes, net, opts, n_ranks=2).makespan_s for n in (LOOP, 2 * LOOP)]
+        ends = [replay(loop_events(op, m, n, network.bcast_root), None, nodes, net, opts, n_ranks=2).makespan_s
+                for n in (LOOP, 2 * LOOP)]
         out[k] = (ends[1] - ends[0]) / LOOP
     return out
 

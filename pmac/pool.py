@@ -148,7 +148,8 @@ def _refit_network(profile: MachineProfile, raw: dict[str, pd.DataFrame]) -> Mac
         tables = {"pingpong": pp}
         if raw.get("collective" + suffix) is not None:
             tables["collective"] = raw["collective" + suffix]
-        new = model_from_record(tables, {"mpi_library": net.mpi_library, "thread_level": net.thread_level})
+        new = model_from_record(tables, {"mpi_library": net.mpi_library, "thread_level": net.thread_level,
+                                         "bcast_root": net.bcast_root})
         return dataclasses.replace(new, topology=net.topology)
 
     variants = tuple(again(v, f"_{v.thread_level}") for v in profile.network_variants)

@@ -79,7 +79,9 @@ def model_from_record(tables: dict[str, pd.DataFrame], meta: dict) -> NetworkMod
     if tables["pingpong"].empty:
         raise ProbeError("the network probe measured no pair of ranks")
     network = fit_network(tables, mpi_library=str(meta.get("mpi_library", "")))
-    network = dataclasses.replace(network, thread_level=str(meta.get("thread_level", "")))
+    # a record without bcast_root is a probe's before 27 Nov 2026: root 0 every call
+    network = dataclasses.replace(network, thread_level=str(meta.get("thread_level", "")),
+                                  bcast_root=str(meta.get("bcast_root", "fixed")))
     return calibrate_network(network, tables["pingpong"])
 
 

@@ -27,7 +27,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -58,10 +58,13 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                             "core overlap, probes/compute.py ``divmix``); version 9 files have none (side by "
                             "side: 0)",
                         11: "node.noise (optional: each core's slowdown over time, probes/noise.py, for "
-                            "``pmac predict --noise``); version 10 files have none (no noise to replay)"},
+                            "``pmac predict --noise``); version 10 files have none (no noise to replay)",
+                        12: "network.bcast_root (optional: 'rotating' when the probe moved a bcast's root every "
+                            "call, 'fixed' for root 0 every call); version 11 files have none ('fixed', as "
+                            "every probe before 27 Nov 2026 timed it)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
-                          9: lambda body: body, 10: lambda body: body})
+                          9: lambda body: body, 10: lambda body: body, 11: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -446,6 +449,10 @@ class CollectiveCost:
             raise ValueError(f"collective excess_s must be finite, got {self.excess_s!r}")
 
 
+#: how a network probe placed its bcast roots (NetworkModel.bcast_root)
+BCAST_ROOTS = ("fixed", "rotating")
+
+
 @dataclass(frozen=True, kw_only=True)
 class NetworkModel:
     intra_node: LinkModel | None = None
@@ -458,9 +465,16 @@ class NetworkModel:
     #: and Open MPI lock only at MPI_THREAD_MULTIPLE, and MPICH then gives up its shared-memory
     #: collectives: on devbox a 2-rank 8 B allreduce costs 0.3 us single, 1.7 us multiple
     thread_level: str = ""
+    #: how the probe timed its 2-rank bcast rows: 'fixed' (root 0 every call: probes before 27 Nov
+    #: 2026; the root runs ahead and the loop times draining queued messages) or 'rotating' (the
+    #: root moves to the next rank every call, probes/network.collective_call). The collective
+    #: excess replays the loop the same way (pmac.calibrate_collectives)
+    bcast_root: str = "fixed"
 
     def __post_init__(self):
         check_thread_level("network.thread_level", self.thread_level)
+        if self.bcast_root not in BCAST_ROOTS:
+            raise ValueError(f"network.bcast_root must be one of {', '.join(BCAST_ROOTS)}, not {self.bcast_root!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -50,7 +50,8 @@ first rank on another node (``inter_node``); placement from ``MPI.Get_processor_
   it ("corrected") and the raw values stay in the table;
 - ``collective``: barrier, bcast, allreduce (float64 sum), alltoall on the first n ranks for n =
   1, 2, 4, .. and all ranks; ``msg_bytes`` is this rank's buffer (alltoall: the whole send
-  buffer, n blocks); time per call is the slowest rank's; n = 1 gives the per-call floor.
+  buffer, n blocks); time per call is the slowest rank's; n = 1 gives the per-call floor. Bcast's
+  root moves to the next rank every call (:func:`collective_call`).
   Collectives are timed in mpi4py loops (numba-mpi has no alltoall).
 """
 
@@ -505,6 +506,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         "elapsed_s": time.perf_counter() - t_start,
         "transparent_hugepage": _thp(),
         "thread_level": thread_level_name(MPI.Query_thread()),
+        "bcast_root": "rotating",   # collective_call: the root moves every call
     }
     if be.name == "numba-mpi":
         import numba
@@ -702,12 +704,7 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_
                         count = max(n, (count // n) * n)
                     a = np.ones(count, np.float64)
                     b = np.zeros(count, np.float64)
-                    call = {
-                        "barrier": lambda: sub.Barrier(),
-                        "bcast": lambda: sub.Bcast(a, root=0),
-                        "allreduce": lambda: sub.Allreduce(a, b, op=MPI.SUM),
-                        "alltoall": lambda: sub.Alltoall(a, b),
-                    }[op]
+                    call = collective_call(op, sub, a, b, MPI.SUM)
                     guess = int(max(1, min(500, 0.2 * batch_s / (5e-6 * max(1, n) + 8 * count * n / 2e9))))
                     t0 = time.perf_counter()
                     for _ in range(guess):  # warm-up, timed to size the repetitions
@@ -732,6 +729,32 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_
             sub.Free()
         comm.Barrier()
     return rows
+
+
+def collective_call(op: str, comm, a: np.ndarray, b: np.ndarray, sum_op):
+    """The call the collectives probe times back to back for ``op`` on ``comm`` (mpi4py).
+
+    A rooted call (bcast) moves its root to the next rank every call, as IMB does: with one root
+    the root runs ahead of the others and the loop times how fast a member drains messages already
+    queued for it (the Xeon VM's 2-rank 8 B bcast at MPI_THREAD_SINGLE came out anywhere from 50 ns
+    to 857 ns a call, probe to probe, 27 Nov 2026), not what a call costs when it has to wait for
+    its data; with the root moving, each call's root is a member that had to receive the previous
+    call's data first."""
+    if op == "barrier":
+        return comm.Barrier
+    if op == "bcast":
+        size = comm.Get_size()
+        nxt = [0]
+
+        def bcast():
+            comm.Bcast(a, root=nxt[0])
+            nxt[0] = nxt[0] + 1 if nxt[0] + 1 < size else 0
+        return bcast
+    if op == "allreduce":
+        return lambda: comm.Allreduce(a, b, op=sum_op)
+    if op == "alltoall":
+        return lambda: comm.Alltoall(a, b)
+    raise ValueError(f"collectives probe: unknown op {op!r}")
 
 
 def thread_level_name(level: int) -> str:

@@ -134,3 +134,31 @@ def test_a_probe_rows_alltoall_size_is_its_send_buffer():
     t = Trace(2)
     t.coll(Op.ALLTOALL, 40)
     assert t.run(net, np.array([0, 1]), measured_collectives=True).makespan_s == pytest.approx(8e-6, rel=1e-9)
+
+
+def test_bcast_loop_is_replayed_with_the_roots_the_probe_used(tmp_path):
+    """NetworkModel.bcast_root: with root 0 every call ('fixed', probes before 27 Nov 2026) the
+    root runs ahead and the loop's steady state is the other rank's receive overhead a call; with
+    the root moving every call ('rotating', probes/network.collective_call) each call waits for the
+    previous one's message: OS + L + m/B + OR. The excess is the measured call less that. A
+    version-11 profile (no field) reads as 'fixed'; an unknown mode is refused."""
+    from pmac.profile import load_profile, save_profile
+
+    from test_schema import small_profile
+
+    measured = 2e-6
+    for mode, price in (("fixed", OR), ("rotating", OS + L + 8 / B + OR)):
+        net = dataclasses.replace(net_with(row("bcast", 8, measured)), bcast_root=mode)
+        t = excess_table(net)
+        assert t.replayed_s.iloc[0] == pytest.approx(price, rel=1e-9)
+        assert calibrate_collectives(net).collectives[0].excess_s == pytest.approx(measured - price, rel=1e-9)
+    with pytest.raises(ValueError, match="network.bcast_root must be one of fixed, rotating, not 'sideways'"):
+        NetworkModel(intra_node=link(), bcast_root="sideways")
+    prof = small_profile()
+    path = tmp_path / "p.yaml"
+    save_profile(dataclasses.replace(prof, network=dataclasses.replace(prof.network, bcast_root="rotating")), path)
+    text = path.read_text()
+    assert "bcast_root: rotating" in text and "schema_version: 12" in text
+    assert load_profile(path).network.bcast_root == "rotating"
+    path.write_text(text.replace("  bcast_root: rotating\n", "").replace("schema_version: 12", "schema_version: 11"))
+    assert load_profile(path).network.bcast_root == "fixed"

@@ -53,6 +53,11 @@ def test_quick_probe_gives_a_sane_link(quick_run):
     # the record on disk reads back; progress was reported up to the end
     t2, meta = read_record(work / "network.npz")
     assert len(t2["pingpong"]) == len(pp) and meta["n_ranks"] == 2
+    # the bcast rows were timed with a moving root, and the model says so (its excess replays that)
+    assert meta["bcast_root"] == "rotating" and model.bcast_root == "rotating"
+    from pmac.probe_network import model_from_record
+    del meta["bcast_root"]      # a record of a probe before 27 Nov 2026: root 0 every call
+    assert model_from_record(t2, meta).bcast_root == "fixed"
     assert seen and seen[-1] == 1.0 and max(seen) == 1.0
 
 
@@ -196,6 +201,42 @@ def test_calibration_sizes_repetitions_and_skips_slow_sizes():
     assert comm.sent == [True, True, True, False, iters]  # the partner follows the decisions
     assert mod.pingpong_sizes(True)[:3] == [0, 1, 2] and mod.pingpong_sizes(True)[-1] == 16 << 20
     assert len(mod.pingpong_sizes(False)) > len(mod.pingpong_sizes(True))
+
+
+def test_collectives_probe_moves_the_bcast_root_every_call():
+    """probes/network.collective_call: a timed bcast loop on 3 ranks uses roots 0, 1, 2, 0, 1, ...
+    (a fixed root lets it run ahead: the loop would time draining queued messages); the other ops
+    call the library as they are; an unknown op is refused by name."""
+    mod = _probe_module()
+
+    class FakeComm:
+        def __init__(self):
+            self.calls = []
+
+        def Get_size(self):
+            return 3
+
+        def Bcast(self, buf, root):
+            self.calls.append(("bcast", root))
+
+        def Allreduce(self, a, b, op):
+            self.calls.append(("allreduce", op))
+
+        def Barrier(self):
+            self.calls.append(("barrier",))
+
+    comm = FakeComm()
+    a, b = np.ones(1), np.zeros(1)
+    call = mod.collective_call("bcast", comm, a, b, "SUM")
+    for _ in range(7):
+        call()
+    assert comm.calls == [("bcast", r) for r in (0, 1, 2, 0, 1, 2, 0)]
+    comm.calls.clear()
+    mod.collective_call("allreduce", comm, a, b, "SUM")()
+    mod.collective_call("barrier", comm, a, b, "SUM")()
+    assert comm.calls == [("allreduce", "SUM"), ("barrier",)]
+    with pytest.raises(ValueError, match="collectives probe: unknown op 'scan'"):
+        mod.collective_call("scan", comm, a, b, "SUM")
 
 
 def test_probe_script_stands_alone():
