@@ -377,7 +377,8 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         if diag["n_events_without_burst"]:
             notes.append(f"{diag['n_events_without_burst']} event(s) have no memory burst: no compute before them")
         if diag["n_borrowed_hist"]:
-            notes.append(f"{diag['n_borrowed_hist']} burst(s) had an empty sampled histogram and use their rank's whole histogram (pmac.convolve.burst_arrays)")
+            notes.append(f"{diag['n_borrowed_hist']} burst(s) had an empty sampled histogram and use their rank's "
+                         "whole histogram (pmac.convolve.burst_arrays)")
         if diag["n_phased"]:
             notes.append(f"{diag['n_phased']} of {diag['n_bursts']} burst(s) run several functions one after another: "
                          "priced function by function (pmac.phases)")
