@@ -42,7 +42,7 @@ RECORD_DTYPE = np.dtype([("type", "u1"), ("flag", "u1"), ("op", "<i2"), ("comm",
                          ("n_sub", "<i4"), ("pad", "<i4")])
 assert HEADER_DTYPE.itemsize == HEADER_BYTES and RECORD_DTYPE.itemsize == RECORD_BYTES
 
-T_EVENT, T_REQ, T_VCOUNT, T_COMMDEF, T_MEMBER, T_CLOCK, T_PAGES = 1, 2, 3, 4, 5, 6, 7
+T_EVENT, T_REQ, T_VCOUNT, T_COMMDEF, T_MEMBER, T_CLOCK, T_PAGES, T_SELF = 1, 2, 3, 4, 5, 6, 7, 8
 
 _CREATES_REQUEST = frozenset({Op.ISEND, Op.ISSEND, Op.IBSEND, Op.IRSEND, Op.IRECV, Op.IMRECV, Op.SEND_INIT,
                               Op.RECV_INIT, Op.COMM_IDUP, Op.INEIGHBOR_ALLGATHER, Op.INEIGHBOR_ALLTOALL,
@@ -92,6 +92,8 @@ class RawTrace:
     #: the shim's sample with the most anonymous memory (type-7 records); None for a rank without
     #: samples (older shims, other threads calling MPI)
     pages: tuple = ()
+    #: per rank (by rank), the tracer's own time taken out of the bursts, in seconds (pmac.rawtrace.tracer_own_s)
+    tracer_own_s: tuple = ()
 
 
 def read_raw_file(path: str | Path) -> RawRank:
@@ -200,12 +202,15 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
     n_large = 0
     levels = set()   # the thread levels the ranks' MPI_Init(_thread) recorded (pmac.shim_gen)
     pages: dict[int, tuple[int, int]] = {}
+    own_s: dict[int, float] = {}
     for r in sorted(ranks, key=lambda x: x.rank):
         samples = r.records[r.records["type"] == T_PAGES]
         if len(samples):
             k = int(np.argmax(samples["send_bytes"]))
             pages[r.rank] = (int(samples["send_bytes"][k]), int(samples["recv_bytes"][k]))
         ev_mask = r.records["type"] == T_EVENT
+        own_s[r.rank] = float(tracer_own_s(r.records, r.records["t_start_ns"][ev_mask],
+                                           r.records["t_end_ns"][ev_mask]).sum()) * r.ns_per_tick * 1e-9
         n_large += int(np.count_nonzero(ev_mask & ((r.records["flag"] & 0x80) != 0)))
         init_aux = r.records["aux"][ev_mask & (r.records["op"] == int(Op.INIT))]
         levels |= {int(x) for x in init_aux if 1 <= int(x) <= len(THREAD_LEVELS)}
@@ -255,7 +260,30 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
                     unmatched=tuple(unmatched), truncated_ranks=tuple(truncated), missing_ranks=missing,
                     has_valgrind=has_vg, stats={"n_records": n_records, "n_large_count_calls": n_large},
                     thread_level=THREAD_LEVELS[max(levels) - 1] if levels else "",
-                    pages=tuple(pages.get(i) for i in range(size)) if pages else ())
+                    pages=tuple(pages.get(i) for i in range(size)) if pages else (),
+                    tracer_own_s=tuple(own_s.get(i, 0.0) for i in range(size)))
+
+
+def tracer_own_s(rec: np.ndarray, t_start: np.ndarray, t_end: np.ndarray) -> np.ndarray:
+    """Per event (its ``t_start`` / ``t_end`` in ticks, in call order), the tracer's own time in
+    the gap before it, in ticks: the type-7 (pages) and type-8 (flush) records whose interval lies
+    between the previous call's end and this call's start. That time ran on the program's clock
+    but is not the program's: the burst leaves it out. Older shims' type-7 records carry no end
+    (0) and count nothing."""
+    typ = rec["type"]
+    s = rec["t_start_ns"].astype(np.int64)
+    e = rec["t_end_ns"].astype(np.int64)
+    keep = ((typ == T_PAGES) | (typ == T_SELF)) & (s > 0) & (e >= s)
+    n = len(t_start)
+    if not keep.any() or n == 0:
+        return np.zeros(n)
+    order = np.argsort(s[keep], kind="stable")
+    starts = s[keep][order]
+    cum = np.concatenate([[0], np.cumsum((e[keep] - s[keep])[order])]).astype(np.float64)
+    prev_end = np.concatenate([[np.iinfo(np.int64).min], np.asarray(t_end, np.int64)[:-1]])
+    lo = np.searchsorted(starts, prev_end, side="left")
+    hi = np.searchsorted(starts, np.asarray(t_start, np.int64), side="right")
+    return cum[np.maximum(hi, lo)] - cum[lo]
 
 
 def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs: dict):
@@ -296,10 +324,11 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs
     t0 = ev["t_start_ns"].astype(np.float64) * (r.ns_per_tick * 1e-9)
     t1 = ev["t_end_ns"].astype(np.float64) * (r.ns_per_tick * 1e-9)
     prev_end = np.concatenate([[0.0], t1[:-1]]) if n else t1
+    own = tracer_own_s(rec, ev["t_start_ns"], ev["t_end_ns"]) * (r.ns_per_tick * 1e-9)
     root_local = ev["root"]
     events = pd.DataFrame({
         "rank": np.full(n, rank, np.int32), "seq": ev["seq"], "op": ops,
-        "t_start_s": t0, "t_end_s": t1, "burst_s": np.maximum(t0 - prev_end, 0.0),
+        "t_start_s": t0, "t_end_s": t1, "burst_s": np.maximum(t0 - prev_end - own, 0.0),
         "comm": gcomm, "dest": to_world(ev["dest"], comm_local), "source": to_world(ev["source"], comm_local),
         "send_tag": ev["send_tag"], "recv_tag": ev["recv_tag"],
         "send_bytes": ev["send_bytes"], "recv_bytes": ev["recv_bytes"],

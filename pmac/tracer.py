@@ -150,7 +150,10 @@ def trace_mpi(argv: list[str], out: str | Path, *, parameters: dict[str, Any] | 
                 "shim_source_hash": shim.source_hash, "exit_code": int(rc),
                 "valgrind_requests": bool(raw.has_valgrind), "fortran_library": shim.fortran_library,
                 "n_large_count_calls": int(raw.stats.get("n_large_count_calls", 0)),
-                "warnings": list(raw.warnings)} | memory_pages(raw.pages),
+                "warnings": list(raw.warnings),
+                # the tracer's own time per rank (its reads of smaps_rollup, its buffer flushes), left
+                # out of the bursts (pmac.rawtrace.tracer_own_s)
+                "tracer_own_s": [round(x, 9) for x in raw.tracer_own_s]} | memory_pages(raw.pages),
         )
         sig = make_signature(header, raw.events, requests=raw.requests, vcounts=raw.vcounts, comms=raw.comms)
         progress(0.9, "saving the signature")

@@ -155,7 +155,8 @@ def test_timed_compute_s_is_the_max_over_ranks_of_bursts_between_barrier_and_red
 
 def test_traced_region_s_is_the_max_over_ranks_from_first_barrier_end_to_last_reduce_start():
     """pmac.validate.traced_region_s: the traced run's own timed region, per rank from the end of
-    the first BARRIER to the start of the last REDUCE, the larger of the ranks'."""
+    the first BARRIER to the start of the last REDUCE, the larger of the ranks', without the
+    tracer's own time (a burst shorter than its gap: pmac.rawtrace.tracer_own_s)."""
     from pmac.trace import Op
     from pmac.validate import traced_region_s
 
@@ -165,13 +166,23 @@ def test_traced_region_s_is_the_max_over_ranks_from_first_barrier_end_to_last_re
              1: ((Op.INIT, 0.0, 1.0), (Op.BARRIER, 1.0, 2.5), (Op.SEND, 3.0, 3.1), (Op.REDUCE, 9.0, 9.5),
                  (Op.FINALIZE, 10.0, 10.5))}
     for r, cs in calls.items():
+        prev = 0.0
         for seq, (op, t0, t1) in enumerate(cs):
-            rows.append(dict(rank=r, seq=seq, op=int(op), t_start_s=t0, t_end_s=t1))
+            rows.append(dict(rank=r, seq=seq, op=int(op), t_start_s=t0, t_end_s=t1, burst_s=t0 - prev))
+            prev = t1
     ev = pd.DataFrame(rows)
     # rank 0: 7.0 - 2.0 = 5.0 (first BARRIER, last REDUCE); rank 1: 9.0 - 2.5 = 6.5
     assert traced_region_s(ev) == pytest.approx(6.5)
     assert traced_region_s(ev[ev["rank"] == 0]) == pytest.approx(5.0)
     assert traced_region_s(ev[ev["op"] != int(Op.BARRIER)]) == 0.0
+    # 0.75 s of tracer time before rank 1's SEND, 0.25 s before its REDUCE (inside the region),
+    # 2 s before its FINALIZE (outside): 6.5 - 1.0
+    own = ev.copy()
+    for seq, dt in ((2, 0.75), (3, 0.25), (4, 2.0)):
+        own.loc[(own["rank"] == 1) & (own["seq"] == seq), "burst_s"] -= dt
+    assert traced_region_s(own) == pytest.approx(5.5)
+    assert traced_region_s(own[own["rank"] == 1]) == pytest.approx(5.5)
+    assert traced_region_s(own[own["rank"] == 0]) == pytest.approx(5.0)
 
 
 def test_timeline_region_s_cuts_a_predicted_timeline_and_says_when_it_cannot():

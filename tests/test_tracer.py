@@ -556,3 +556,59 @@ def test_the_traced_programs_pages_are_recorded_and_predict_names_a_mismatch(env
             if thp == "madvise":   # the plain program on 4 KiB pages, the other on huge ones
                 assert agree == ((mode == "plain") == (pmode == "default"))
         assert pages_note(sig, prof) is None          # the profile does not say its pages
+
+
+def test_the_tracers_own_time_is_left_out_of_the_bursts(env, tmp_path):
+    """The shim's reads of smaps_rollup (type 7) and its buffer flushes (type 8) run between two
+    calls on the program's time; they record when they began and ended, and the reader takes that
+    out of the next call's burst (pmac.rawtrace.tracer_own_s; before, a Python rank's first read,
+    4-5 ms, sat in its first timed burst). A type-7 record of an older shim (no end) counts
+    nothing."""
+    from pmac.rawtrace import RECORD_DTYPE, T_EVENT, T_PAGES, T_SELF
+
+    # ~12 records an iteration: 1000 iterations fill the 8192-record buffer once
+    res = _trace(env, 2, [env["app"], "1000", "8"], "own", keep_raw=True)
+    assert res.returncode == 0
+    ev = res.signature.events
+    own_total = res.signature.header.provenance["tracer_own_s"]
+    for f in sorted((res.path / "raw").glob("rank-*.pmr")):
+        rr = read_raw_file(f)
+        rec = rr.records
+        kinds = {int(t) for t in rec["type"][(rec["type"] == T_PAGES) | (rec["type"] == T_SELF)]}
+        assert kinds == {T_PAGES, T_SELF}, kinds
+        own = rec[np.isin(rec["type"], [T_PAGES, T_SELF])]
+        assert (own["t_end_ns"] >= own["t_start_ns"]).all() and (own["t_start_ns"] > 0).all()
+        evr = rec[rec["type"] == T_EVENT]
+        e = ev[ev["rank"] == rr.rank].reset_index(drop=True)
+        tick = rr.ns_per_tick * 1e-9
+        total = 0.0
+        for o in own:
+            # the call after it, and the gap it sits in
+            k = int(np.searchsorted(evr["t_start_ns"], o["t_start_ns"]))
+            if k == len(evr):   # MPI_Finalize's sample, after the last call: no burst follows
+                continue
+            assert evr["t_end_ns"][k - 1] <= o["t_start_ns"] and o["t_end_ns"] <= evr["t_start_ns"][k]
+            gap = (int(evr["t_start_ns"][k]) - int(evr["t_end_ns"][k - 1])) * tick
+            inside = own[(own["t_start_ns"] >= evr["t_end_ns"][k - 1]) & (own["t_start_ns"] <= evr["t_start_ns"][k])]
+            d = float((inside["t_end_ns"] - inside["t_start_ns"]).sum()) * tick
+            assert e["burst_s"][k] == pytest.approx(gap - d, rel=1e-9, abs=1e-12)
+            total += float(o["t_end_ns"] - o["t_start_ns"]) * tick
+        assert own_total[rr.rank] == pytest.approx(total, rel=1e-6, abs=1e-9)
+        assert total > 0.0
+    # an older shim's pages record (no end): its read stays in the burst
+    f0, f1 = sorted((res.path / "raw").glob("rank-*.pmr"))
+    data = bytearray(f0.read_bytes())
+    recs = np.frombuffer(data, RECORD_DTYPE, offset=HEADER_BYTES).copy()
+    i = int(np.flatnonzero(recs["type"] == T_PAGES)[0])
+    dur = int(recs["t_end_ns"][i] - recs["t_start_ns"][i])
+    recs["t_end_ns"][i] = 0
+    data[HEADER_BYTES:HEADER_BYTES + recs.nbytes] = recs.tobytes()
+    (tmp_path / f0.name).write_bytes(bytes(data))
+    (tmp_path / f1.name).write_bytes(f1.read_bytes())
+    old = read_raw_dir(tmp_path)
+    k = int(np.searchsorted(recs["t_start_ns"][recs["type"] == T_EVENT], recs["t_start_ns"][i]))
+    r0_new = ev[ev["rank"] == 0].reset_index(drop=True)
+    r0_old = old.events[old.events["rank"] == 0].reset_index(drop=True)
+    tick = read_raw_file(f0).ns_per_tick * 1e-9
+    assert r0_old["burst_s"][k] == pytest.approx(r0_new["burst_s"][k] + dur * tick, rel=1e-9, abs=1e-12)
+    assert (r0_old["burst_s"].drop(k) == r0_new["burst_s"].drop(k)).all()

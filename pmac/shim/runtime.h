@@ -14,7 +14,12 @@
  *            5 = communicator member (source = rank in its group, dest = world rank),
  *            6 = clock calibration (t_start_ns = clock ticks, t_end_ns = monotonic ns; see pmac_now),
  *            7 = the process's anonymous memory (seq = the call at whose end it was read; send_bytes = Anonymous,
- *                recv_bytes = AnonHugePages of /proc/self/smaps_rollup; see pmac_pages_sample).
+ *                recv_bytes = AnonHugePages of /proc/self/smaps_rollup; see pmac_pages_sample; t_start_ns and
+ *                t_end_ns: when the read began and ended, in clock ticks),
+ *            8 = the tracer's own time: a flush of the buffer (t_start_ns, t_end_ns in clock ticks).
+ * Types 7 and 8 run between one call's end and the next call's start, on the program's time: the
+ * reader takes their durations out of the next call's burst (pmac.rawtrace), else a Python rank's
+ * first read of smaps_rollup (4-5 ms) was charged to its first timed burst.
  * Ranks in records are communicator-local; the reader translates them with the type-5 records
  * (which the shim gets from MPI_Group_translate_ranks). Special ranks: -1 = MPI_PROC_NULL,
  * -2 = MPI_ANY_SOURCE. Times count from the library's load (epoch_mono_ns in the header), in
@@ -160,9 +165,17 @@ static int pmac_mt;
 static int pmac_lockv;
 
 static inline void pmac_push_unlocked(const pmac_rec *r) {
-    if (pmac_used >= PMAC_BUF_RECS - 1) {
+    if (__builtin_expect(pmac_used >= PMAC_BUF_RECS - 2, 0)) {
         if (pmac_fd < 0) return; /* before the file exists (only Init records): cannot happen */
+        /* the write happens on the program's time: a type-8 record says how long it took (room for
+         * it and the calibration record kept) */
+        pmac_rec f;
+        memset(&f, 0, sizeof f);
+        f.type = 8;
+        f.t_start_ns = pmac_now();
         pmac_flush();
+        f.t_end_ns = pmac_now();
+        pmac_buf[pmac_used++] = f;
     }
     pmac_buf[pmac_used] = *r;
     pmac_used++;
@@ -186,6 +199,7 @@ static int64_t pmac_pages_after;
 __attribute__((noinline, cold)) static void pmac_pages_sample(int64_t seq, int always) {
     int64_t t0 = pmac_mono();
     if (!always && t0 < pmac_pages_after) return;
+    int64_t k0 = pmac_now();
     int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     char buf[4096];
@@ -201,9 +215,10 @@ __attribute__((noinline, cold)) static void pmac_pages_sample(int64_t seq, int a
     memset(&m, 0, sizeof m);
     m.type = 7;
     m.seq = seq;
-    m.t_start_ns = pmac_now();
+    m.t_start_ns = k0;
     m.send_bytes = strtoll(a + 11, NULL, 10) * 1024;
     m.recv_bytes = strtoll(h + 15, NULL, 10) * 1024;
+    m.t_end_ns = pmac_now();
     pmac_push_unlocked(&m);
 }
 
