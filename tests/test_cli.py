@@ -59,3 +59,18 @@ def test_outputs_that_cannot_be_written_are_one_line(tmp_path, capsys):
         captured = capsys.readouterr()
         assert captured.err.strip().splitlines() == [line]
     assert afile.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["actions.txt", "afile"]
+
+
+def test_cli_choices_are_the_modules_constants():
+    """The CLI spells some choices out (importing pmac.predict or the probes at parser build would
+    slow every `pmac --help`): they must stay what the modules accept."""
+    from pmac.cli import build_parser
+    from pmac.predict import CAPACITY_MODES
+    from probes.memory import PAGE_MODES
+
+    def choices(cmd, flag):
+        sub = next(a for a in build_parser()._actions if a.dest == "command").choices[cmd]
+        return tuple(next(a for a in sub._actions if flag in a.option_strings).choices)
+
+    assert choices("predict", "--capacity") == CAPACITY_MODES
+    assert choices("probe", "--pages") == PAGE_MODES
