@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,10 +118,105 @@ WALL_S = re.compile(r"wall_s=([0-9.eE+-]+)")
 def timed_run(argv: list[str], *, env: dict | None = None, what: str = "", timeout_s: float = 600) -> float:
     """Run a launch command (``launch_command``'s, or another launcher's) and return the
     ``wall_s=`` its program printed; a failed run, or one that printed none, is a one-line
-    PmacError naming ``what`` with the exit code and the end of its standard error."""
-    res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout_s)
-    m = WALL_S.search(res.stdout)
-    if res.returncode != 0 or not m:
-        why = res.stderr.strip()[-300:].replace("\n", " | ") or "no wall_s= in its output"
-        raise PmacError(f"{what or argv[0]} failed (exit {res.returncode}): {why}")
+    PmacError naming ``what`` with the exit code and the end of its standard error; one that
+    outlasts ``timeout_s`` is stopped with its ranks (:func:`stop_job`) and is a PmacError too."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_job(proc)
+        proc.communicate()
+        raise PmacError(f"{what or argv[0]} did not finish in {timeout_s:g} s: stopped with its ranks") from None
+    except BaseException:
+        stop_job(proc)
+        raise
+    m = WALL_S.search(out)
+    if proc.returncode != 0 or not m:
+        why = err.strip()[-300:].replace("\n", " | ") or "no wall_s= in its output"
+        raise PmacError(f"{what or argv[0]} failed (exit {proc.returncode}): {why}")
     return float(m.group(1))
+
+
+def stop_job(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
+    """Stop a launch started with ``start_new_session=True``: SIGTERM to the launcher's process group
+    and to every process it started, then SIGKILL after ``grace_s``; returns once the launcher, the
+    rest of its group *and* those processes are gone (a traced rank writes its records on SIGTERM).
+    mpiexec can exit on SIGTERM while its ranks still write their records (seen in CI: rank 0's
+    records read, rank 1's not yet written), and MPICH's Hydra starts its proxy and each rank in a
+    session of its own, outside the launcher's group: they are found by parentage (/proc) before the
+    signals go out."""
+    started = _descendants(proc.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in started:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid) and not any(map(_running, started)):
+                return
+            time.sleep(0.02)
+    proc.wait()
+
+
+def _stat_fields(pid: str) -> list[str] | None:
+    """Fields of /proc/PID/stat after "pid (comm) ": state, ppid, pgrp, ... (None if gone)."""
+    try:
+        stat = (Path("/proc") / pid / "stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()
+
+
+def _running(pid: int) -> bool:
+    """Is process ``pid`` there and not a zombie (which nobody may reap here)?"""
+    f = _stat_fields(str(pid))
+    return f is not None and f[0] != "Z"
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (children, theirs, ...), from /proc (empty without it)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return set()
+    children: dict[int, list[int]] = {}
+    for d in proc.iterdir():
+        if d.name.isdigit():
+            f = _stat_fields(d.name)
+            if f is not None and len(f) > 1:
+                children.setdefault(int(f[1]), []).append(int(d.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _group_alive(pgid: int) -> bool:
+    """Does a process of group ``pgid`` still run (zombies, which nobody may reap here, do not
+    count; from /proc, else any process at all)?"""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        fields = _stat_fields(d.name)
+        if fields is not None and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

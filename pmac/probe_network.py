@@ -30,7 +30,7 @@ import pandas as pd
 from .calibrate_exchange import calibrate_network
 from .errors import ProbeError, ToolMissingError
 from .fit_network import fit_network
-from .mpi import THREAD_CLASSES, find_mpi, launch_command, mpi_env
+from .mpi import THREAD_CLASSES, find_mpi, launch_command, mpi_env, stop_job
 from .profile import RAW_TABLES, NetworkModel
 from .table import load_tables
 
@@ -162,7 +162,13 @@ def _run_with_progress(cmd: list[str], log: Path, progress: Progress, timeout_s:
         logf.flush()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=mpi_env(), start_new_session=True)
-        timer = threading.Timer(timeout_s, proc.kill)
+        timed_out = threading.Event()
+
+        def stop():
+            timed_out.set()
+            stop_job(proc)
+
+        timer = threading.Timer(timeout_s, stop)
         timer.start()
         tail: list[str] = []
         try:
@@ -180,13 +186,13 @@ def _run_with_progress(cmd: list[str], log: Path, progress: Progress, timeout_s:
                     tail = (tail + [line.strip()])[-3:]
             rc = proc.wait()
         except BaseException:
-            proc.kill()
-            proc.wait()
+            stop_job(proc)
             raise
         finally:
             timer.cancel()
-    if rc != 0:
-        why = "timed out" if rc in (-9, 137) else f"exited with code {rc}"
+    if rc != 0 or timed_out.is_set():
+        why = f"did not finish in {timeout_s:g} s (stopped with its ranks)" if timed_out.is_set() \
+            else f"exited with code {rc}"
         last = tail[-1] if tail else "no output"
         raise ProbeError(f"the network probe {why}: {last} (log: {log})")
 

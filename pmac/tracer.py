@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import InputError
+from .mpi import stop_job
 from .rawtrace import RawTrace, read_raw_dir
 from .schema import provenance
 from .shim_build import ShimBuild, shim_for
@@ -76,55 +76,12 @@ def run_traced(argv: list[str], raw_dir: str | Path, *, shim: ShimBuild | None =
     try:
         rc = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _stop_group(proc)
+        stop_job(proc)
         rc = proc.returncode if proc.returncode is not None else -9
     except KeyboardInterrupt:
-        _stop_group(proc)
+        stop_job(proc)
         raise
     return rc, time.monotonic() - t0, shim
-
-
-def _stop_group(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
-    """SIGTERM to the launcher's process group, then SIGKILL after ``grace_s``; returns once the
-    launcher *and* the rest of its group are gone. mpiexec can exit on SIGTERM while its ranks
-    still write their records (seen in CI: rank 0's records read, rank 1's not yet written)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            proc.wait()
-            return
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None and not _group_alive(proc.pid):
-                return
-            time.sleep(0.02)
-    proc.wait()
-
-
-def _group_alive(pgid: int) -> bool:
-    """Does a process of group ``pgid`` still run (zombies, which nobody may reap here, do not
-    count; from /proc, else any process at all)?"""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()   # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
 
 
 def trace_mpi(argv: list[str], out: str | Path, *, parameters: dict[str, Any] | None = None,

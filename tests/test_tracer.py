@@ -473,7 +473,7 @@ def test_stopping_a_run_waits_for_the_whole_process_group(tmp_path):
     timeout returns only once the rank is done (the records are read right after)."""
     import subprocess
 
-    from pmac.tracer import _stop_group
+    from pmac.mpi import stop_job
 
     out = tmp_path / "records"
     rank = f'trap "sleep 0.5; echo written > {out}; exit 0" TERM; while :; do sleep 0.05; done'
@@ -482,9 +482,41 @@ def test_stopping_a_run_waits_for_the_whole_process_group(tmp_path):
     import time
 
     time.sleep(0.3)   # both shells have set their traps
-    _stop_group(proc)
+    stop_job(proc)
     assert proc.returncode == 0
     assert out.read_text() == "written\n"
+
+
+def test_stopping_a_run_waits_for_ranks_in_sessions_of_their_own(tmp_path):
+    """MPICH's Hydra starts each rank in a session of its own, outside the launcher's process
+    group: the stop signals it too (it is found by parentage) and waits until it has written."""
+    import subprocess
+    import sys
+    import time
+
+    from pmac.mpi import stop_job
+
+    out = tmp_path / "records"
+    ready = tmp_path / "ready"
+    rank = ("import os, signal, time\n"
+            "os.setsid()\n"
+            "def term(*a):\n"
+            f"    time.sleep(0.5); open({str(out)!r}, 'w').write('written'); os._exit(0)\n"
+            "signal.signal(signal.SIGTERM, term)\n"
+            f"open({str(ready)!r}, 'w').close()\n"
+            "t_end = time.monotonic() + 30   # not for ever, should the stop miss it\n"
+            "while time.monotonic() < t_end: time.sleep(0.05)\n")
+    src = tmp_path / "rank.py"
+    src.write_text(rank)
+    proc = subprocess.Popen(["sh", "-c", f"trap 'exit 0' TERM; {sys.executable} {src} & while :; do sleep 0.05; done"],
+                            start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ready.exists()
+    stop_job(proc)
+    assert proc.returncode == 0
+    assert out.read_text() == "written"
 
 
 _PAGES_APP = r"""
