@@ -259,9 +259,10 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
         li = np.searchsorted(np.array(line_sizes), r["line_bytes"].to_numpy())
         ok = (li < len(line_sizes))
         ok[ok] &= np.array(line_sizes)[li[ok]] == r["line_bytes"].to_numpy()[ok]
-        np.add.at(hist, (li[ok], r["access"].to_numpy()[ok].astype(np.int64),
-                         r["_row"].to_numpy()[ok], r["bin"].to_numpy()[ok].astype(np.int64)),
-                  r["count"].to_numpy(np.float64)[ok])
+        # np.add.at by flat index (bincount: the same sums, in the same order, ~10x faster)
+        flat = np.ravel_multi_index((li[ok], r["access"].to_numpy()[ok].astype(np.int64), r["_row"].to_numpy()[ok],
+                                     r["bin"].to_numpy()[ok].astype(np.int64)), hist.shape)
+        hist += np.bincount(flat, weights=r["count"].to_numpy(np.float64)[ok], minlength=hist.size).reshape(hist.shape)
     totals = hist.sum(axis=3)
     empty = totals <= 0
     borrowed = np.zeros(n, dtype=bool)

@@ -253,13 +253,18 @@ def needed_sections(profile: MachineProfile, sig: Signature, *, burst_source: st
 CAPACITY_MODES = ("nominal", "curve")
 
 
+_UNSET = object()
+
+
 def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int],
-                       ba: BurstArrays | None = None, capacity: str = "nominal") -> tuple[np.ndarray, dict]:
+                       ba: BurstArrays | None = None, capacity: str = "nominal", *,
+                       phases=_UNSET) -> tuple[np.ndarray, dict]:
     """Convolved burst time before every event (machines x events) and diagnostics; ``ba``: the
-    signature's bursts as arrays when already built; ``capacity``: one of CAPACITY_MODES."""
+    signature's bursts as arrays when already built, ``phases`` their pmac.phases.phases_of (which
+    depends on the signature only); ``capacity``: one of CAPACITY_MODES."""
     ba = burst_arrays(sig.memory) if ba is None else ba
     ms = [machine_coeffs(p, active_cores=a, soft_capacity=capacity == "curve") for p, a in zip(profiles, active_cores)]
-    ph = phases_of(sig.memory, ba)
+    ph = phases_of(sig.memory, ba) if phases is _UNSET else phases
     res, _, _ = convolve_phases(ba, ph, ms)
     ev = sig.events
     idx, untraced = event_bursts(ba, ev)
@@ -301,7 +306,7 @@ EDGE_NOTE_FRAC = 0.10
 
 
 def edge_notes(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int],
-               ba: BurstArrays | None, bursts: np.ndarray, capacity: str) -> list[str]:
+               ba: BurstArrays | None, bursts: np.ndarray, capacity: str, *, phases=_UNSET) -> list[str]:
     """Notes for the machines whose convolved compute (summed over all calls) moves by more than
     :data:`EDGE_NOTE_FRAC` between nominal cache sizes and those read off the profile's load curve
     (pmac.capacity): the application's working set sits at a level's edge, and the prediction
@@ -310,7 +315,7 @@ def edge_notes(sig: Signature, profiles: Sequence[MachineProfile], active_cores:
     if not any(p.node is not None and p.node.bandwidth_curves for p in profiles):
         return []      # no curve to read a capacity off: both sizings are the nominal one
     other = "nominal" if capacity == "curve" else "curve"
-    alt, _ = memory_burst_times(sig, profiles, active_cores, ba, other)
+    alt, _ = memory_burst_times(sig, profiles, active_cores, ba, other, phases=phases)
     out = []
     for k, p in enumerate(profiles):
         a, b = float(bursts[k].sum()), float(alt[k].sum())
@@ -370,8 +375,9 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
     ba = burst_arrays(sig.memory) if has_memory(sig) and want_ba else None
     if src == "memory":
         actives = [min(r, n) for r in rpns]
-        bursts_all, diag = memory_burst_times(sig, profiles, actives, ba, capacity)
-        notes += edge_notes(sig, profiles, actives, ba, bursts_all, capacity)
+        ph = phases_of(sig.memory, ba)   # the signature's alone: once for both sizings
+        bursts_all, diag = memory_burst_times(sig, profiles, actives, ba, capacity, phases=ph)
+        notes += edge_notes(sig, profiles, actives, ba, bursts_all, capacity, phases=ph)
         if diag["n_untraced_ranks"]:
             notes.append(f"{diag['n_untraced_ranks']} rank(s) without a memory trace take the bursts of a traced rank")
         if diag["n_events_without_burst"]:
