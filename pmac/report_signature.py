@@ -172,6 +172,10 @@ def format_signature(sig: Signature) -> str:
         lines.append("  hosts: " + ", ".join(f"{k} ({v} rank{'s' if v != 1 else ''})" for k, v in hosts.items()))
     if h.traced_wall_s is not None:
         lines.append(f"  traced wall time: {_fmt_s(h.traced_wall_s)} (includes tracing overhead)")
+    own = h.provenance.get("tracer_own_s") if isinstance(h.provenance, dict) else None
+    if own:
+        lines.append(f"  tracer's own time between calls, left out of the bursts: up to {_fmt_s(max(own))} a rank "
+                     "(its memory samples and buffer flushes)")
     mem = ", ".join(f"{k} {len(v)} rows" for k, v in sig.memory.items())
     lines.append(f"  memory signature: {mem if mem else 'none'}")
 

@@ -100,6 +100,18 @@ def test_format_signature_text(ring3):
     assert isend.split()[1] == "6" and "11.7 KiB" in isend
 
 
+def test_format_signature_names_the_tracers_own_time(ring3):
+    """pmac trace keeps the tracer's own time per rank (pmac.rawtrace.tracer_own_s); show gives the
+    largest; a signature without it (older traces, imports) shows no such line."""
+    import dataclasses
+
+    assert "tracer's own time" not in format_signature(ring3)
+    h = dataclasses.replace(ring3.header, provenance=dict(ring3.header.provenance, tracer_own_s=[0.0012, 0.0045, 0.0]))
+    text = format_signature(dataclasses.replace(ring3, header=h))
+    assert ("  tracer's own time between calls, left out of the bursts: up to 4.5 ms a rank (its memory samples "
+            "and buffer flushes)") in text.splitlines()
+
+
 def test_show_cli_and_plot(ring3, tmp_path, capsys):
     folder = save_signature(ring3, tmp_path / "ring3")
     png = tmp_path / "m.png"
