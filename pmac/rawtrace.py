@@ -209,12 +209,13 @@ def read_raw_dir(folder: str | Path, *, n_ranks: int | None = None) -> RawTrace:
             k = int(np.argmax(samples["send_bytes"]))
             pages[r.rank] = (int(samples["send_bytes"][k]), int(samples["recv_bytes"][k]))
         ev_mask = r.records["type"] == T_EVENT
-        own_s[r.rank] = float(tracer_own_s(r.records, r.records["t_start_ns"][ev_mask],
-                                           r.records["t_end_ns"][ev_mask]).sum()) * r.ns_per_tick * 1e-9
+        own = tracer_own_s(r.records, r.records["t_start_ns"][ev_mask], r.records["t_end_ns"][ev_mask]) \
+            * (r.ns_per_tick * 1e-9)
+        own_s[r.rank] = float(own.sum())
         n_large += int(np.count_nonzero(ev_mask & ((r.records["flag"] & 0x80) != 0)))
         init_aux = r.records["aux"][ev_mask & (r.records["op"] == int(Op.INIT))]
         levels |= {int(x) for x in init_aux if 1 <= int(x) <= len(THREAD_LEVELS)}
-        e, q, v = _rank_tables(r, defs[r.rank], occ_key[r.rank], global_id, warnings, sends, recvs)
+        e, q, v = _rank_tables(r, defs[r.rank], occ_key[r.rank], global_id, warnings, sends, recvs, own)
         ev_parts.append(e)
         rq_parts.append(q)
         vc_parts.append(v)
@@ -286,7 +287,9 @@ def tracer_own_s(rec: np.ndarray, t_start: np.ndarray, t_end: np.ndarray) -> np.
     return cum[np.maximum(hi, lo)] - cum[lo]
 
 
-def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs: dict):
+def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs: dict, own: np.ndarray):
+    """The rank's events, requests and vcounts; ``own``: per event the tracer's own time before it,
+    in seconds (:func:`tracer_own_s`), left out of its burst."""
     rec = r.records
     typ = rec["type"]
     ev_idx = np.flatnonzero(typ == T_EVENT)
@@ -324,7 +327,6 @@ def _rank_tables(r: RawRank, defs, keys, global_id, warnings, sends: dict, recvs
     t0 = ev["t_start_ns"].astype(np.float64) * (r.ns_per_tick * 1e-9)
     t1 = ev["t_end_ns"].astype(np.float64) * (r.ns_per_tick * 1e-9)
     prev_end = np.concatenate([[0.0], t1[:-1]]) if n else t1
-    own = tracer_own_s(rec, ev["t_start_ns"], ev["t_end_ns"]) * (r.ns_per_tick * 1e-9)
     root_local = ev["root"]
     events = pd.DataFrame({
         "rank": np.full(n, rank, np.int32), "seq": ev["seq"], "op": ops,
