@@ -382,10 +382,11 @@ def test_bench_accuracy_interleave_probes_around_every_block_and_pools_them(tmp_
     cases = [{"name": "a"}, {"name": "b"}]
     saved = tmp_path / "runs.json"
     walls, pooled, first = interleaved(cases, None, 2, None, tmp_path, "xeon-vm", reps=5, rounds=2, save=str(saved),
-                                       probe=probe, measure_block=measure_block)
-    assert log == [("probe", "round-0"), ("runs", 3, " of block 1/2"), ("probe", "round-1"),
-                   ("runs", 2, " of block 2/2"), ("probe", "round-2")]
-    assert walls == {"a": [2.0] * 3 + [4.0] * 2, "b": [2.0] * 3 + [4.0] * 2} and json.loads(saved.read_text()) == walls
+                                       probe=probe, measure_block=measure_block,
+                                       before_block=lambda i: log.append(("trace", i)))
+    assert log == [("probe", "round-0"), ("trace", 0), ("runs", 3, " of block 1/2"), ("probe", "round-1"),
+                   ("trace", 1), ("runs", 2, " of block 2/2"), ("probe", "round-2")]
+    assert walls == {"a": [3.0] * 3 + [6.0] * 2, "b": [3.0] * 3 + [6.0] * 2} and json.loads(saved.read_text()) == walls
     assert pooled == str(tmp_path / "xeon-vm.yaml") and first == str(tmp_path / "round-0" / "xeon-vm.yaml")
     prof = load_profile(pooled)
     one = load_profile(machines / "xeon-vm.yaml")
@@ -395,3 +396,8 @@ def test_bench_accuracy_interleave_probes_around_every_block_and_pools_them(tmp_
     r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), "--measured", str(saved),
                         "--interleave", str(tmp_path / "again")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--interleave probes during the measurement" in r.stderr
+    for args, msg in ((["--trace-each-round"], "--trace-each-round traces in the rounds of --interleave"),
+                      (["--traces", str(tmp_path)], "--traces gives the traces of an earlier --trace-each-round run")):
+        r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), *args], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
