@@ -5,6 +5,7 @@ drift; traced in the same rounds, they see what the runs see. A module, not a sc
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,12 @@ def median_traces(cases, folder: Path) -> dict:
                        key=lambda x: (x[0], x[1]))
         out[c["name"]] = tries[(len(tries) - 1) // 2][2]
     return out
+
+
+def traced_signatures(cases, folder: Path, shipped: dict) -> dict:
+    """Per case of ``shipped`` (name -> Signature), the median trace in ``folder`` (:func:`median_traces`)
+    with the shipped signature's memory signature: the traces carry none (valgrind is slow), and the
+    shipped one of the same case (the same calls, keyed by (rank, seq)) gives the bursts their counts
+    and reuse."""
+    med = median_traces([c for c in cases if c["name"] in shipped], folder)
+    return {k: dataclasses.replace(v, memory=shipped[k].memory) for k, v in med.items()}
