@@ -107,11 +107,10 @@ def timed_compute_s(events: pd.DataFrame) -> float:
     return worst
 
 
-def _region_s(frame: pd.DataFrame, barrier, reduce, start: str, end: str, strict: bool) -> float:
-    """Max over ranks of (``start`` of the last ``reduce`` call) - (``end`` of the first
-    ``barrier`` call): an example program's timed region (examples/cases.py). A rank without
-    either call: InputError when ``strict``, else left out (0 when none has both)."""
-    worst = 0.0
+def _timed_calls(frame: pd.DataFrame, barrier, reduce, strict: bool):
+    """Per rank, (its rows, position of its first ``barrier`` call, position of its last ``reduce``
+    call): the bounds of an example program's timed region (examples/cases.py). A rank without
+    either call: InputError when ``strict``, else left out."""
     for _, g in frame.groupby("rank"):
         ops = g["op"].to_numpy()
         b = np.flatnonzero(ops == barrier)
@@ -120,7 +119,15 @@ def _region_s(frame: pd.DataFrame, barrier, reduce, start: str, end: str, strict
             if strict:
                 raise InputError("the timeline lacks the BARRIER / REDUCE around the timed region")
             continue
-        worst = max(worst, float(g[start].iloc[r[-1]] - g[end].iloc[b[0]]))
+        yield g, int(b[0]), int(r[-1])
+
+
+def _region_s(frame: pd.DataFrame, barrier, reduce, start: str, end: str, strict: bool) -> float:
+    """Max over ranks of (``start`` of the last ``reduce`` call) - (``end`` of the first
+    ``barrier`` call) (:func:`_timed_calls`; 0 when no rank has both)."""
+    worst = 0.0
+    for g, b, r in _timed_calls(frame, barrier, reduce, strict):
+        worst = max(worst, float(g[start].iloc[r] - g[end].iloc[b]))
     return worst
 
 
@@ -143,13 +150,7 @@ def traced_region_s(events: pd.DataFrame) -> float:
     from .trace import Op
 
     worst = 0.0
-    for _, g in events.groupby("rank"):
-        ops = g["op"].to_numpy()
-        b = np.flatnonzero(ops == int(Op.BARRIER))
-        r = np.flatnonzero(ops == int(Op.REDUCE))
-        if not (len(b) and len(r)) or r[-1] <= b[0]:
-            continue
-        lo, hi = b[0] + 1, r[-1]
-        calls = g["t_end_s"].to_numpy()[lo:hi] - g["t_start_s"].to_numpy()[lo:hi]
-        worst = max(worst, float(g["burst_s"].to_numpy()[lo:hi + 1].sum() + calls.sum()))
+    for g, b, r in _timed_calls(events, int(Op.BARRIER), int(Op.REDUCE), strict=False):
+        calls = g["t_end_s"].to_numpy()[b + 1:r] - g["t_start_s"].to_numpy()[b + 1:r]
+        worst = max(worst, float(g["burst_s"].to_numpy()[b + 1:r + 1].sum() + calls.sum()))
     return worst
