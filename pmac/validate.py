@@ -98,12 +98,8 @@ def timed_compute_s(events: pd.DataFrame) -> float:
     from .trace import Op
 
     worst = 0.0
-    for _, g in events.groupby("rank"):
-        ops = g["op"].to_numpy()
-        b = g.index[ops == int(Op.BARRIER)]
-        r = g.index[ops == int(Op.REDUCE)]
-        if len(b) and len(r):
-            worst = max(worst, float(g.loc[b[0] + 1: r[-1], "burst_s"].sum()))
+    for g, b, r in _timed_calls(events, int(Op.BARRIER), int(Op.REDUCE), strict=False):
+        worst = max(worst, float(g["burst_s"].to_numpy()[b + 1:r + 1].sum()))
     return worst
 
 

@@ -151,6 +151,9 @@ def test_timed_compute_s_is_the_max_over_ranks_of_bursts_between_barrier_and_red
     # rank 0: 2.0 + 3.0 (the RECV/SEND burst and the REDUCE's); rank 1: 2.5 + 3.0
     assert timed_compute_s(ev) == pytest.approx(5.5)
     assert timed_compute_s(ev[ev["op"] != int(Op.REDUCE)]) == 0.0
+    # the ranks' rows interleaved, under another index: positions within a rank, not labels
+    mixed = ev.sort_values(["seq", "rank"], kind="stable").set_index(np.arange(10)[::-1] * 7)
+    assert timed_compute_s(mixed) == pytest.approx(5.5)
 
 
 def test_traced_region_s_is_the_max_over_ranks_from_first_barrier_end_to_last_reduce_start():
