@@ -126,6 +126,14 @@ def format_profile(profile: MachineProfile) -> str:
     elif prov.get("transparent_hugepage"):
         lines.append(f"memory probed before pmac recorded its pages (numpy asks for huge pages unless "
                      f"NUMPY_MADVISE_HUGEPAGE=0; transparent huge pages: {prov['transparent_hugepage']})")
+    pooled = prov.get("pooled_from")
+    if isinstance(pooled, list) and pooled:
+        times = sorted(str(x.get("probed_utc")) for x in pooled if isinstance(x, dict) and x.get("probed_utc"))
+        from .pool import describe
+
+        span = f" (finished {times[0]} to {times[-1]})" if len(times) > 1 else ""
+        lines.append(f"pooled from {len(pooled)} probe(s){span}, each point at "
+                     f"{describe(prov.get('statistic', 'best'))} (pmac pool, pmac probe --rounds)")
     if prov.get("created_utc"):
         lines.append(f"created {prov.get('created_utc')} on {prov.get('host', '?')} by pmac {prov.get('pmac_version', '?')}")
     return "\n".join(lines)

@@ -499,3 +499,63 @@ def test_store_and_copy_points_keep_the_faster_of_the_two_loops():
     r = pm.measure_point("store", 64 * 1024, 1, p)
     assert r.loop in pm.STORE_LOOPS and r.value > 0
     assert pm.measure_point("load_unit", 64 * 1024, 1, p).loop == ""
+
+
+def test_rounds_probe_k_times_and_pool_them_at_the_median(probed, tmp_path, monkeypatch, capsys):
+    """pmac probe --rounds K: K probes, each into OUT/NAME.rounds/round-I, pooled into OUT/NAME.yaml
+    at the median of every repetition (the default with --rounds), its provenance naming the
+    rounds; each round here is the module's real tiny probe, copied."""
+    import shutil
+
+    import pmac.probe
+    from pmac.pool import pool
+    from pmac.profile import load_raw
+
+    src, _, _ = probed
+    calls = []
+
+    def fake_run_probe(name, *, quick, out_dir, progress=None, network=True, command=None, pages=None):
+        calls.append((name, Path(out_dir), quick, network, pages))
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        for f in ("tiny.yaml", "tiny.raw.npz"):
+            shutil.copy(src / f, Path(out_dir) / f)
+        return load_profile(Path(out_dir) / "tiny.yaml")
+
+    monkeypatch.setattr(pmac.probe, "run_probe", fake_run_probe)
+    out = tmp_path / "m"
+    assert main(["probe", "--name", "tiny", "--quick", "--no-network", "--rounds", "3", "--out-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "pooled 3 round(s)" in printed and "the median of all its repetitions" in printed
+    assert [c[1] for c in calls] == [out / "tiny.rounds" / f"round-{i}" for i in (1, 2, 3)]
+    assert all(c[0] == "tiny" and c[2] is True and c[3] is False for c in calls)
+    pooled = load_profile(out / "tiny.yaml")
+    verify_raw(pooled, out / "tiny.yaml")
+    assert pooled.provenance["statistic"] == "median"
+    assert [Path(p["file"]) for p in pooled.provenance["pooled_from"]] == \
+        [out / "tiny.rounds" / f"round-{i}" / "tiny.yaml" for i in (1, 2, 3)]
+    one = load_raw(load_profile(src / "tiny.yaml"), src / "tiny.yaml")["compute"]
+    three = load_raw(pooled, out / "tiny.yaml")["compute"]
+    assert len(three) == 3 * len(one)
+    # the same as pooling the three rounds by hand, and a point's rate the median of its repetitions
+    by_hand, _ = pool(list(out.glob("tiny.rounds/round-*/tiny.yaml")), name="tiny", statistic="median")
+    assert pooled.node.compute.flop_per_s_scalar == by_hand.node.compute.flop_per_s_scalar
+    assert pooled.node.compute.flop_per_s_scalar == pytest.approx(
+        float(np.median(three[three["probe"] == "flop_scalar"]["value"])), rel=1e-12)
+    assert sorted(p.name for p in out.glob("*.yaml")) == ["tiny.yaml"]   # the rounds stay out of OUT/*.yaml
+    assert main(["show", str(out / "tiny.yaml")]) == 0
+    assert "pooled from 3 probe(s)" in capsys.readouterr().out
+
+
+def test_rounds_bad_arguments_are_refused_before_probing(probed, tmp_path, monkeypatch, capsys):
+    import pmac.probe
+
+    monkeypatch.setattr(pmac.probe, "run_probe", lambda *a, **k: pytest.fail("probed"))
+    src, _, _ = probed
+    for argv, msg in ((["--rounds", "0"], "--rounds must be 1 or more, not 0"),
+                      (["--rounds", "2", "--gap", "-1"], "--gap must be 0 or more seconds"),
+                      (["--rounds", "2", "--statistic", "fastest"], "fastest"),
+                      (["--add-noise", str(src / "tiny.yaml"), "--rounds", "2"], "--rounds and --statistic are for a new probe")):
+        name = [] if "--add-noise" in argv else ["--name", "x", "--out-dir", str(tmp_path)]
+        assert main(["probe", *name, *argv]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
