@@ -33,7 +33,7 @@ import pandas as pd
 
 from .convolve import burst_arrays, machine_coeffs
 from .errors import InputError, MissingSectionError
-from .fit import at_slow_quantile
+from .fit import at_slow_quantile, slow_quantile_of
 from .phases import convolve_phases, phases_of
 from .profile import MachineProfile, OverlapModel
 from .signature import Signature
@@ -118,11 +118,17 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, slow_q
     at the level's one-core plateaus) and its flop (16 r + (r - 1) per element, independent
     8-long chains as in the flop_simd probe, vectorised) at the SIMD rate; measured: the median of
     the five fastest repetitions (the probe's stop rule), or with ``slow_quantile`` that quantile of
-    all of them (pmac.fit.at_slow_quantile: for a profile refitted so, pmac.pool.refit). Each point
-    is its own group in the fit, so every balance of memory and compute counts equally.
+    all of them (pmac.fit.at_slow_quantile: for a profile refitted so, pmac.pool.refit). Without
+    ``slow_quantile``, the statistic the profile's own rates were fitted at (its provenance's
+    ``statistic``: pmac pool, pmac probe --rounds; ``best`` when it has none), so that the points
+    are priced and measured alike: bench/calibrate_overlap on a profile pooled at the median, its
+    points at best, put beta at 0 with a 32 % error. Each point is its own group in the fit, so
+    every balance of memory and compute counts equally.
     """
     if overlap is None or len(overlap) == 0:
         raise InputError("overlap calibration: the profile has no overlap-probe repetitions")
+    if slow_quantile is None:
+        slow_quantile = slow_quantile_of((profile.provenance or {}).get("statistic") or "best")
     mc = machine_coeffs(profile, active_cores=1, beta=0.0)
     caps = [c * lb for c, lb in zip(mc.capacity_lines, mc.level_line_bytes)]
     rows = []

@@ -133,6 +133,9 @@ def refit(profile: MachineProfile, raw: dict[str, pd.DataFrame], *, statistic: s
 
         out = dataclasses.replace(out, overlap=calibrate(samples_from_probe(
             MachineProfile(name=profile.name, node=out.node), raw["overlap"], slow_quantile=q)))
+    # the statistic the rates are at, for whatever reads the raw repetitions beside them
+    # (pmac.overlap.samples_from_probe)
+    out = dataclasses.replace(out, provenance={**(profile.provenance or {}), "statistic": statistic})
     return _refit_network(out, raw)
 
 

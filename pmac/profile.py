@@ -705,8 +705,9 @@ def verify_raw(profile: MachineProfile, yaml_path: str | Path) -> None:
         raise InputError(f"raw sidecar '{profile.raw_file}' does not match its recorded sha256", path=yaml_path)
 
 
-#: provenance keys that describe the node's memory probe (kept at the top by :func:`combine`)
-NODE_PROVENANCE = ("pages", "transparent_hugepage")
+#: provenance keys that describe the node's memory probe and the statistic its rates are at (kept at
+#: the top by :func:`combine`)
+NODE_PROVENANCE = ("pages", "transparent_hugepage", "statistic")
 
 
 def node_probe_provenance(profile: MachineProfile) -> dict:

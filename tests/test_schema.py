@@ -192,10 +192,12 @@ def test_missing_sections_and_combine():
     # how the node's memory was probed stays readable at the top (pmac predict's pages note)
     pages = {"mode": "default", "in_effect": "4 KiB pages (transparent huge pages: madvise)"}
     node_only = dataclasses.replace(node_only, provenance={"pages": pages, "transparent_hugepage": "madvise",
-                                                           "host": "a"})
-    net_only = dataclasses.replace(net_only, provenance={"pages": {"mode": "huge"}, "host": "b"})
+                                                           "host": "a", "statistic": "median"})
+    net_only = dataclasses.replace(net_only, provenance={"pages": {"mode": "huge"}, "host": "b",
+                                                         "statistic": "best"})
     both = combine(node_only, net_only, name="both")
     assert both.provenance["pages"] == pages and both.provenance["transparent_hugepage"] == "madvise"
+    assert both.provenance["statistic"] == "median"     # the node's rates (pmac.overlap.samples_from_probe)
     assert "host" not in both.provenance
     assert both.provenance["node_provenance"]["host"] == "a" and both.provenance["network_provenance"]["host"] == "b"
 
