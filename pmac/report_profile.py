@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import InputError
 from .profile import ACCESS_KINDS, LinkModel, MachineProfile
 from .units import format_quantity as fq
 
@@ -131,9 +132,12 @@ def format_profile(profile: MachineProfile) -> str:
         times = sorted(str(x.get("probed_utc")) for x in pooled if isinstance(x, dict) and x.get("probed_utc"))
         from .pool import describe
 
+        try:
+            how = describe(prov.get("statistic", "best"))
+        except InputError:      # a provenance edited by hand: say what it holds
+            how = f"the statistic {prov.get('statistic')!r}"
         span = f" (finished {times[0]} to {times[-1]})" if len(times) > 1 else ""
-        lines.append(f"pooled from {len(pooled)} probe(s){span}, each point at "
-                     f"{describe(prov.get('statistic', 'best'))} (pmac pool, pmac probe --rounds)")
+        lines.append(f"pooled from {len(pooled)} probe(s){span}, each point at {how} (pmac pool, pmac probe --rounds)")
     if prov.get("created_utc"):
         lines.append(f"created {prov.get('created_utc')} on {prov.get('host', '?')} by pmac {prov.get('pmac_version', '?')}")
     return "\n".join(lines)

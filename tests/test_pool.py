@@ -282,3 +282,16 @@ def test_pmac_pool_writes_a_profile_with_its_sidecar(tmp_path):
     assert (out / "both.yaml").read_bytes() == before
     r = _pmac("pool", str(a), str(b), "--name", "xeon-vm", "--out-dir", str(a.parent))
     assert r.returncode == 2 and "would overwrite one of its inputs" in r.stderr
+
+
+def test_show_names_a_pooled_profiles_probes_and_statistic():
+    """pmac show of the shipped xeon-vm (four rounds pooled at the median): how many probes, when
+    they finished, and the statistic; a statistic edited by hand is shown as it is, not an error."""
+    from pmac.report_profile import format_profile
+
+    prof, _ = _load("xeon-vm")
+    text = format_profile(prof)
+    assert "pooled from 4 probe(s) (finished " in text and "each point at the median of all its repetitions" in text
+    odd = dataclasses.replace(prof, provenance={**prof.provenance, "statistic": "fastest"})
+    assert "each point at the statistic 'fastest'" in format_profile(odd)
+    assert "pooled from" not in format_profile(_load("devbox")[0])
