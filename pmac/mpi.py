@@ -174,6 +174,18 @@ def _stat_fields(pid: str) -> list[str] | None:
     return stat[stat.rfind(")") + 2:].split()
 
 
+def _proc_stats():
+    """(pid, :func:`_stat_fields`) of every process in /proc (none without it)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for d in proc.iterdir():
+        if d.name.isdigit():
+            f = _stat_fields(d.name)
+            if f is not None:
+                yield int(d.name), f
+
+
 def _running(pid: int) -> bool:
     """Is process ``pid`` there and not a zombie (which nobody may reap here)?"""
     f = _stat_fields(str(pid))
@@ -182,15 +194,10 @@ def _running(pid: int) -> bool:
 
 def _descendants(pid: int) -> set[int]:
     """The processes below ``pid`` (children, theirs, ...), from /proc (empty without it)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return set()
     children: dict[int, list[int]] = {}
-    for d in proc.iterdir():
-        if d.name.isdigit():
-            f = _stat_fields(d.name)
-            if f is not None and len(f) > 1:
-                children.setdefault(int(f[1]), []).append(int(d.name))
+    for p, f in _proc_stats():
+        if len(f) > 1:
+            children.setdefault(int(f[1]), []).append(p)
     out: set[int] = set()
     todo = [pid]
     while todo:
@@ -204,8 +211,7 @@ def _descendants(pid: int) -> set[int]:
 def _group_alive(pgid: int) -> bool:
     """Does a process of group ``pgid`` still run (zombies, which nobody may reap here, do not
     count; from /proc, else any process at all)?"""
-    proc = Path("/proc")
-    if not proc.is_dir():
+    if not Path("/proc").is_dir():
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -213,10 +219,4 @@ def _group_alive(pgid: int) -> bool:
         except PermissionError:
             pass
         return True
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        fields = _stat_fields(d.name)
-        if fields is not None and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+    return any(len(f) > 2 and f[2] == str(pgid) and f[0] != "Z" for _, f in _proc_stats())
