@@ -800,6 +800,59 @@ def test_preparation_tables_that_fill_up_are_retried_with_the_same_result(monkey
         np.testing.assert_array_equal(getattr(small, name), getattr(big, name))
 
 
+def test_matching_pairs_the_kth_send_and_receive_of_each_key_and_leaves_the_rest_unmatched():
+    """The preparation's matching against a reference written here (a list per (comm, source,
+    dest, tag) key): many entries pending on a key at once, keys interleaved, both sides ahead in
+    turn, sendrecv halves, two communicators, and leftovers on either side (P_UNMATCHED)."""
+    from collections import defaultdict
+
+    from pmac import replay as RP
+    from pmac.replay_core import P_UNMATCHED
+
+    rng = np.random.default_rng(11)
+    p = 5
+    t = Trace(p)
+    for _ in range(900):
+        r = int(rng.integers(0, p))
+        peer = int((r + rng.integers(1, p)) % p)
+        tag, comm, what = int(rng.integers(0, 3)), int(rng.integers(0, 2)), int(rng.integers(0, 5))
+        if what == 0:
+            t.isend(r, peer, 8, tag=tag, comm=comm)
+        elif what == 1:
+            t.irecv(r, peer, 8, tag=tag, comm=comm)
+        elif what == 2:
+            t.add(r, Op.SEND, dest=peer, send_bytes=8, send_tag=tag, comm=comm)
+        elif what == 3:
+            t.add(r, Op.RECV, source=peer, recv_bytes=8, recv_tag=tag, comm=comm)
+        else:
+            src = int((r + rng.integers(1, p)) % p)
+            t.add(r, Op.SENDRECV, dest=peer, source=src, send_bytes=8, recv_bytes=8, send_tag=tag,
+                  recv_tag=int(rng.integers(0, 3)), comm=comm)
+    ev = t.events().sort_values(["rank", "seq"], ignore_index=True)
+    prep = RP._prepare(ev, None, None, net1(), ReplayOptions(), t.requests(), None, p)
+    sends, recvs = defaultdict(list), defaultdict(list)
+    for e, row in enumerate(ev.itertuples()):
+        if row.op in (Op.ISEND, Op.SEND, Op.SENDRECV):
+            sends[(row.comm, row.rank, row.dest, row.send_tag)].append(e)
+        if row.op in (Op.IRECV, Op.RECV, Op.SENDRECV):
+            recvs[(row.comm, row.source, row.rank, row.recv_tag)].append(e)
+    want_s, want_r = np.full(len(ev), -99), np.full(len(ev), -99)
+    n_pairs = n_left = 0
+    for key in set(sends) | set(recvs):
+        a, b = sends.get(key, []), recvs.get(key, [])
+        for k in range(max(len(a), len(b))):
+            if k < len(a):
+                want_s[a[k]] = b[k] if k < len(b) else P_UNMATCHED
+            if k < len(b):
+                want_r[b[k]] = a[k] if k < len(a) else P_UNMATCHED
+        n_pairs += min(len(a), len(b))
+        n_left += abs(len(a) - len(b))
+    assert n_pairs > 300 and n_left > 50 and prep.n_messages == n_pairs
+    has_s, has_r = want_s != -99, want_r != -99
+    np.testing.assert_array_equal(prep.psend[has_s], want_s[has_s])
+    np.testing.assert_array_equal(prep.precv[has_r], want_r[has_r])
+
+
 def test_wide_event_indices_give_the_same_replay(monkeypatch):
     """Traces of 2**31 events or more index events with 64 bits (pmac.replay_core.event_dtypes);
     forced on a small trace, every result equals the 32-bit one."""
