@@ -334,6 +334,10 @@ def test_bench_accuracy_reports_the_measured_medians_interval(tmp_path):
     own = 100 * (row["replay_measured_bursts_s"] - region) / region
     assert f"own timed region (its trace's timestamps: the replay's error on the run its bursts come from, " \
            f"no run-to-run noise): nbody-n2-4096 {own:+.1f} %" in r.stdout
+    # and where its calls differ from the traced ones (pmac.validate.call_costs), operation by operation
+    import re
+    assert "where that replay's calls differ from the traced ones" in r.stdout
+    assert re.search(r"\n  nbody-n2-4096: (none|[A-Z_]+ [+-]\d+\.\d % \(\d+ calls, )", r.stdout)
     # --compare-machine: the same profile again predicts the same, so the two differ by nothing
     assert row["compare_predicted_s"] == row["predicted_s"] and row["compare_error_pct"] == row["error_pct"]
     assert "the two profiles' predictions differ by 0.0 % (median over the cases; +0.0 to +0.0 %)" in r.stdout
@@ -342,12 +346,14 @@ def test_bench_accuracy_reports_the_measured_medians_interval(tmp_path):
     assert r.returncode == 2 and "--probe-before probes during a measurement" in r.stderr
     # the default statistic is the median (the profile refitted on every repetition); --statistic
     # best: the same runs against the profile as pmac probe fitted it
-    assert "each point at the median of all its repetitions (--statistic median)" in first.stdout
+    # (the shipped profile is pooled at the median: nothing to refit)
+    assert "each point at the median of all its repetitions (--statistic median); their own statistic, none " \
+           "refitted" in first.stdout
     csv2 = tmp_path / "best.csv"
     r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), "--measured", str(runs), "--machine",
                         machine, "--only", "nbody-n2-4096", "--csv", str(csv2), "--statistic", "best"],
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and "profiles refitted" not in r.stdout
+    assert r.returncode == 0 and f"(--statistic best); refitted from their raw repetitions: {machine}" in r.stdout
     best = pd.read_csv(csv2).iloc[0]
     assert best["measured_s"] == row["measured_s"] and best["predicted_s"] != row["predicted_s"]
 

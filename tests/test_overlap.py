@@ -156,6 +156,17 @@ def test_timed_compute_s_is_the_max_over_ranks_of_bursts_between_barrier_and_red
     assert timed_compute_s(mixed) == pytest.approx(5.5)
 
 
+def _trace_of(calls: dict) -> pd.DataFrame:
+    """Events of ``{rank: ((op, t_start_s, t_end_s), ...)}``, each burst the gap before its call."""
+    rows = []
+    for r, cs in calls.items():
+        prev = 0.0
+        for seq, (op, t0, t1) in enumerate(cs):
+            rows.append(dict(rank=r, seq=seq, op=int(op), t_start_s=t0, t_end_s=t1, burst_s=t0 - prev))
+            prev = t1
+    return pd.DataFrame(rows)
+
+
 def test_traced_region_s_is_the_max_over_ranks_from_first_barrier_end_to_last_reduce_start():
     """pmac.validate.traced_region_s: the traced run's own timed region, per rank from the end of
     the first BARRIER to the start of the last REDUCE, the larger of the ranks', without the
@@ -163,17 +174,11 @@ def test_traced_region_s_is_the_max_over_ranks_from_first_barrier_end_to_last_re
     from pmac.trace import Op
     from pmac.validate import traced_region_s
 
-    rows = []
     calls = {0: ((Op.INIT, 0.0, 1.0), (Op.BARRIER, 1.5, 2.0), (Op.BARRIER, 3.0, 3.5), (Op.REDUCE, 6.0, 6.5),
                  (Op.REDUCE, 7.0, 7.25), (Op.FINALIZE, 8.0, 8.5)),
              1: ((Op.INIT, 0.0, 1.0), (Op.BARRIER, 1.0, 2.5), (Op.SEND, 3.0, 3.1), (Op.REDUCE, 9.0, 9.5),
                  (Op.FINALIZE, 10.0, 10.5))}
-    for r, cs in calls.items():
-        prev = 0.0
-        for seq, (op, t0, t1) in enumerate(cs):
-            rows.append(dict(rank=r, seq=seq, op=int(op), t_start_s=t0, t_end_s=t1, burst_s=t0 - prev))
-            prev = t1
-    ev = pd.DataFrame(rows)
+    ev = _trace_of(calls)
     # rank 0: 7.0 - 2.0 = 5.0 (first BARRIER, last REDUCE); rank 1: 9.0 - 2.5 = 6.5
     assert traced_region_s(ev) == pytest.approx(6.5)
     assert traced_region_s(ev[ev["rank"] == 0]) == pytest.approx(5.0)
@@ -199,6 +204,40 @@ def test_timeline_region_s_cuts_a_predicted_timeline_and_says_when_it_cannot():
     assert timeline_region_s(tl) == pytest.approx(4.5)   # rank 1: 6.0 - 1.5; rank 0: 4.0 - 0.5
     with pytest.raises(InputError, match="lacks the BARRIER / REDUCE"):
         timeline_region_s(tl[~((tl["rank"] == 1) & (tl["op"] == "REDUCE"))])
+
+
+def test_call_costs_compare_traced_and_replayed_calls_inside_the_timed_region():
+    """pmac.validate.call_costs: per operation inside the timed region (BARRIER and REDUCE
+    themselves and the calls outside left out), the traced and replayed time of a call and the
+    difference per rank as a share of the traced region, by hand; several machines or no common
+    call are errors."""
+    from pmac.errors import InputError
+    from pmac.trace import Op
+    from pmac.validate import call_costs
+
+    calls = {0: ((Op.INIT, 0.0, 1.0), (Op.BARRIER, 1.0, 2.0), (Op.SEND, 3.0, 4.0), (Op.ALLREDUCE, 5.0, 7.0),
+                 (Op.REDUCE, 8.0, 9.0)),
+             1: ((Op.INIT, 0.0, 1.0), (Op.BARRIER, 1.0, 2.0), (Op.RECV, 2.5, 4.0), (Op.ALLREDUCE, 5.0, 7.0),
+                 (Op.REDUCE, 8.0, 9.0))}
+    ev = _trace_of(calls)
+    # the replay: SEND 0.5 s, RECV 1.0 s, ALLREDUCE 1.0 and 3.0 s; INIT 5 s (outside the region)
+    rep = {(0, 0): 5.0, (0, 2): 0.5, (0, 3): 1.0, (1, 2): 1.0, (1, 3): 3.0}
+    tl = pd.DataFrame([dict(machine="m", rank=r, seq=q, op="X", start_s=10.0, end_s=10.0 + rep.get((r, q), 0.25))
+                       for r in (0, 1) for q in range(5)])
+    got = call_costs(ev, tl).set_index("op")
+    assert list(got.index) == ["ALLREDUCE", "RECV", "SEND"] and got["calls"].tolist() == [2, 1, 1]
+    # the traced region: 6 s on both ranks (from the BARRIER's end at 2.0 to the REDUCE's start at 8.0)
+    assert got.loc["SEND", "traced_us"] == pytest.approx(1e6) and got.loc["SEND", "replayed_us"] == pytest.approx(5e5)
+    assert got.loc["SEND", "diff_pct"] == pytest.approx(100 * -0.5 / 2 / 6.0)
+    assert got.loc["RECV", "diff_pct"] == pytest.approx(100 * -0.5 / 2 / 6.0)
+    assert got.loc["ALLREDUCE", "replayed_us"] == pytest.approx(2e6) and got.loc["ALLREDUCE", "diff_pct"] == 0.0
+    assert got.loc["ALLREDUCE", "replayed_median_us"] == pytest.approx(2e6)
+    with pytest.raises(InputError, match="several machines"):
+        call_costs(ev, pd.concat([tl, tl.assign(machine="n")]))
+    with pytest.raises(InputError, match="none of the trace's calls"):
+        call_costs(ev, tl.assign(seq=tl["seq"] + 100))
+    with pytest.raises(InputError, match="lacks the BARRIER / REDUCE"):
+        call_costs(ev[ev["op"] != int(Op.REDUCE)], tl)
 
 
 def test_calibrate_overlap_by_call_table():
