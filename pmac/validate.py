@@ -152,39 +152,55 @@ def traced_region_s(events: pd.DataFrame) -> float:
     return worst
 
 
-def call_costs(events: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
+def call_costs(events: pd.DataFrame, timeline: pd.DataFrame, *, region: str = "timed") -> pd.DataFrame:
     """Where a replay with the traced bursts spends other time in the calls than the traced run:
-    per operation, over the calls inside the timed region (after each rank's first BARRIER, before
-    its last REDUCE; :func:`traced_region_s`), the traced and the replayed time of a call.
+    per operation, the traced and the replayed time of a call.
 
-    ``events``: the trace (op codes, ``t_start_s`` / ``t_end_s``); ``timeline``: pmac.predict's
-    timeline of the same signature on one machine (op names, ``start_s`` / ``end_s``; rows matched
-    by (rank, seq)). Columns: ``op``, ``calls`` (over all ranks), ``traced_us`` / ``replayed_us``
-    (mean a call), ``traced_median_us`` / ``replayed_median_us``, ``diff_pct``: (replayed -
-    traced) summed over the calls, per rank, as a share of the traced region. Blocking calls
-    include their waits on both sides, so a wait the replay prices otherwise shows here too.
-    InputError when the timeline has rows of several machines or the two share no call."""
+    ``region``: ``timed``, the calls inside an example program's timed region (after each rank's
+    first BARRIER, before its last REDUCE; :func:`traced_region_s`), or ``all``, every call but
+    MPI_Init and MPI_Finalize (``pmac predict --calls``). ``events``: the trace (op codes,
+    ``t_start_s`` / ``t_end_s``); ``timeline``: pmac.predict's timeline of the same signature on one
+    machine (``start_s`` / ``end_s``; rows matched by (rank, seq)). Columns: ``op``, ``calls``
+    (over all ranks), ``traced_us`` / ``replayed_us`` (mean a call), ``traced_median_us`` /
+    ``replayed_median_us``, ``diff_pct``: (replayed - traced) summed over the calls, per rank, as a
+    share of the traced span (the timed region, or for ``all`` the longest rank's time from the end
+    of MPI_Init, or its first call, to the start of MPI_Finalize, or the end of its last call).
+    Blocking calls include their waits on both sides, so a wait the replay prices otherwise shows
+    here too. InputError when the timeline has rows of several machines or the two share no call."""
     from .trace import Op, op_name
 
     if "machine" in timeline and timeline["machine"].nunique() > 1:
         raise InputError("call_costs: the timeline has several machines; pass one machine's rows")
-    keep = []
-    for g, b, r in _timed_calls(events, int(Op.BARRIER), int(Op.REDUCE), strict=False):
-        keep.append(g.iloc[b + 1:r][["rank", "seq", "op", "t_start_s", "t_end_s"]])
-    if not keep:
-        raise InputError("call_costs: the trace lacks the BARRIER / REDUCE around the timed region")
-    tr = pd.concat(keep, ignore_index=True)
+    cols = ["rank", "seq", "op", "t_start_s", "t_end_s"]
+    if region == "timed":
+        keep = [g.iloc[b + 1:r][cols] for g, b, r in _timed_calls(events, int(Op.BARRIER), int(Op.REDUCE),
+                                                                   strict=False)]
+        if not keep:
+            raise InputError("call_costs: the trace lacks the BARRIER / REDUCE around the timed region")
+        tr = pd.concat(keep, ignore_index=True)
+        span = traced_region_s(events)
+    elif region == "all":
+        ends = (int(Op.INIT), int(Op.FINALIZE))
+        tr = events.loc[~events["op"].isin(ends), cols]
+        span = 0.0
+        for _, g in events.groupby("rank"):
+            ops = g["op"].to_numpy()
+            t0 = g["t_end_s"].to_numpy()[ops == ends[0]]
+            t1 = g["t_start_s"].to_numpy()[ops == ends[1]]
+            span = max(span, float((t1[-1] if len(t1) else g["t_end_s"].max())
+                                   - (t0[0] if len(t0) else g["t_start_s"].min())))
+    else:
+        raise InputError(f"call_costs: region must be 'timed' or 'all', not {region!r}")
     m = tr.merge(timeline[["rank", "seq", "start_s", "end_s"]], on=["rank", "seq"], how="inner")
     if m.empty:
         raise InputError("call_costs: the timeline has none of the trace's calls (rank, seq)")
     m = m.assign(traced=m["t_end_s"] - m["t_start_s"], replayed=m["end_s"] - m["start_s"],
                  name=[op_name(int(o)) for o in m["op"]])
-    region = traced_region_s(events)
     n_ranks = m["rank"].nunique()
     rows = []
     for name, g in m.groupby("name", sort=True):
         t, p = g["traced"].to_numpy(), g["replayed"].to_numpy()
         rows.append(dict(op=name, calls=len(g), traced_us=1e6 * t.mean(), replayed_us=1e6 * p.mean(),
                          traced_median_us=1e6 * float(np.median(t)), replayed_median_us=1e6 * float(np.median(p)),
-                         diff_pct=100 * (p.sum() - t.sum()) / n_ranks / region if region > 0 else np.nan))
+                         diff_pct=100 * (p.sum() - t.sum()) / n_ranks / span if span > 0 else np.nan))
     return pd.DataFrame(rows)

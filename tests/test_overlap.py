@@ -238,6 +238,8 @@ def test_call_costs_compare_traced_and_replayed_calls_inside_the_timed_region():
         call_costs(ev, tl.assign(seq=tl["seq"] + 100))
     with pytest.raises(InputError, match="lacks the BARRIER / REDUCE"):
         call_costs(ev[ev["op"] != int(Op.REDUCE)], tl)
+    with pytest.raises(InputError, match="region must be 'timed' or 'all', not 'some'"):
+        call_costs(ev, tl, region="some")
 
 
 def test_calibrate_overlap_by_call_table():

@@ -120,6 +120,35 @@ def test_cli_json_csv_timeline(files, capsys):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_calls_compares_traced_and_replayed_calls(files, capsys):
+    """pmac predict --calls (pmac.validate.call_costs over every call but Init/Finalize), by hand on
+    the ping-pong (3 round trips of 1000 B, 1 ms bursts, each traced call 1 us) on profile a (1 us
+    latency, 1 GB/s, no overheads) with the traced bursts: a SEND is eager and returns at once; rank
+    1's first RECV waits 2 us (its message posted with it), every later RECV 4 us (posted 2 us
+    after the partner's send, the other rank's burst having started 2 us later). The traced span
+    is from Init's end to Finalize's start, 7.006 ms; a signature without call times is refused."""
+    args = [str(files / "sigs" / "pp"), str(files / "a.yaml"), "--bursts", "measured", "--calls"]
+    assert main(["predict", *args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (entry,) = doc["calls"]
+    assert (entry["signature"], entry["machine"]) == ("pp", "a")
+    rows = {r["op"]: r for r in entry["rows"]}
+    assert set(rows) == {"SEND", "RECV"} and rows["SEND"]["calls"] == rows["RECV"]["calls"] == 6
+    assert rows["SEND"]["traced_us"] == pytest.approx(1.0) and rows["SEND"]["replayed_us"] == pytest.approx(0.0, abs=1e-9)
+    assert rows["RECV"]["replayed_us"] == pytest.approx(22 / 6) and rows["RECV"]["replayed_median_us"] == pytest.approx(4.0)
+    span = 8.007e-3 - 1.001e-3
+    assert rows["SEND"]["diff_pct"] == pytest.approx(100 * (-6e-6) / 2 / span)
+    assert rows["RECV"]["diff_pct"] == pytest.approx(100 * (22e-6 - 6e-6) / 2 / span)
+    assert main(["predict", *args]) == 0
+    out = capsys.readouterr().out
+    assert "calls on a against the traced run" in out and "RECV" in out and "+0.1%" in out
+    bare = pingpong_signature(name="bare")
+    bare = dataclasses.replace(bare, events=bare.events.assign(t_end_s=bare.events["t_start_s"]))
+    save_signature(bare, files / "sigs" / "bare")
+    assert main(["predict", str(files / "sigs" / "bare"), str(files / "a.yaml"), "--calls"]) == 2
+    assert "signature bare: its events carry no traced call times" in capsys.readouterr().err
+
+
 def test_cli_errors(files, capsys):
     assert main(["predict", str(files / "nothere.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err

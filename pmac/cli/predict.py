@@ -45,6 +45,11 @@ def add_arguments(p):
                         "level's edge; off by default, see there)")
     p.add_argument("--per-rank", action="store_true", help="also print each rank's split")
     p.add_argument("--critical-path", action="store_true", help="also print the critical path")
+    p.add_argument("--calls", action="store_true",
+                   help="also print, per MPI operation, its calls' time in the traced run against the replay's "
+                        "(pmac.validate.call_costs: where the network model misprices this program's calls; "
+                        "meaningful on a profile of the machine it was traced on, and with --bursts measured "
+                        "the bursts are the traced ones too)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print JSON (every table) instead of text")
     fmt.add_argument("--csv", action="store_true", help="print CSV (the summary; with --per-rank or "
@@ -134,6 +139,31 @@ def format_prediction(pred, *, per_rank: bool, critical_path: bool) -> str:
     return "\n".join(out)
 
 
+def call_tables(sig, pred) -> list[tuple[str, object]]:
+    """(machine, pmac.validate.call_costs table) per machine of ``pred`` (its timeline), every call
+    of the trace but MPI_Init / MPI_Finalize; an InputError naming the signature when it carries no
+    traced call times."""
+    from ..validate import call_costs
+
+    ev = sig.events
+    if not ((ev["t_end_s"] - ev["t_start_s"]) > 0).any():
+        raise InputError(f"signature {sig.name}: its events carry no traced call times, nothing to compare "
+                         "--calls with")
+    return [(m, call_costs(ev, g, region="all")) for m, g in pred.timeline.groupby("machine", sort=False)]
+
+
+def format_calls(tables) -> str:
+    out = []
+    for m, t in tables:
+        out.append(f"\n  calls on {m} against the traced run (per call; diff: replayed minus traced, per rank, "
+                   "share of the traced span):")
+        rr = [[r.op, str(r.calls), _t(r.traced_us * 1e-6), _t(r.replayed_us * 1e-6), _t(r.traced_median_us * 1e-6),
+               _t(r.replayed_median_us * 1e-6), f"{r.diff_pct:+.1f}%"] for r in t.itertuples()]
+        out.append(_indent(_fmt_table(rr, ["op", "calls", "traced", "replayed", "traced med", "replayed med",
+                                           "diff"])))
+    return "\n".join(out)
+
+
 def _indent(text: str) -> str:
     return "\n".join("    " + x for x in text.splitlines())
 
@@ -178,7 +208,7 @@ def run(args) -> int:
 
     sig_paths, machine_paths = classify(args.paths)
     profiles = [load_profile(p) for p in machine_paths]
-    preds, skipped = [], []
+    preds, skipped, calls = [], [], []
     for sp in sig_paths:
         sig = load_signature(sp)
         usable = []
@@ -193,15 +223,19 @@ def run(args) -> int:
                 usable.append(prof)
         if usable:
             preds.append(predict(sig, usable, ranks_per_node=args.ranks_per_node, burst_source=args.bursts,
-                                 contention=args.contention, timeline=bool(args.timeline),
+                                 contention=args.contention, timeline=bool(args.timeline) or args.calls,
                                  measured_collectives=args.measured_collectives,
                                  collective_excess=not args.no_collective_excess,
                                  pollution=not args.no_pollution, noise=args.noise,
                                  capacity=args.capacity))
+            if args.calls:
+                calls.append(call_tables(sig, preds[-1]))
     if args.json:
         doc = {"predictions": [{"signature": p.signature, "summary": _records(p.summary),
                                 "per_rank": _records(p.per_rank), "critical_path": _records(p.critical_path),
                                 "notes": list(p.notes)} for p in preds],
+               **({"calls": [{"signature": p.signature, "machine": m, "rows": _records(t)}
+                             for p, tables in zip(preds, calls) for m, t in tables]} if args.calls else {}),
                "not_predicted": [{"signature": s, "machine": m, "lacking": lk} for s, m, lk in skipped]}
         json.dump(doc, sys.stdout, indent=1)
         print()
@@ -216,8 +250,10 @@ def run(args) -> int:
                 df.insert(0, "signature", [p.signature for p, f in zip(preds, frames) for _ in range(len(f))])
             df.to_csv(sys.stdout, index=False, float_format="%.9g")
     else:
-        for p in preds:
+        for k, p in enumerate(preds):
             print(format_prediction(p, per_rank=args.per_rank, critical_path=args.critical_path))
+            if args.calls:
+                print(format_calls(calls[k]))
             print()
         if any(not r.independent for p in preds for r in p.summary.itertuples()):
             print("(!) burst times as measured on the traced machine: not a prediction for other machines")
