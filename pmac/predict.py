@@ -51,6 +51,7 @@ that needs more nodes than the profile has (``n_nodes``) is still made and says 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -343,6 +344,36 @@ def pages_note(sig: Signature, profile: MachineProfile) -> str | None:
             f"than it ran on (pmac probe --pages {'default' if probe_huge else 'huge'} probes them as it ran)")
 
 
+def _interpreter(name: str) -> bool:
+    """Whether a shared object's or a command word's file name is a Python interpreter's."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    return base.startswith("libpython") or re.fullmatch(r"python[0-9.]*[dmu]*", base) is not None
+
+
+def interpreter_note(sig: Signature) -> str | None:
+    """A note for a program that calls MPI from a Python interpreter (its memory signature's
+    functions run in libpython or a python executable, else its traced command runs python), None
+    otherwise. The network probe times its calls in compiled (numba) loops, and an interpreter
+    running between calls makes each call cost more: on the Xeon VM an 8 B Allreduce +0.30 us
+    (bench/call_interplay), and cg_mpi4py-n2-3000's traced Allreduce and Sendrecv 0.4-0.6 us more
+    than replayed (pmac predict --calls). Not yet priced: the note says so."""
+    fn = sig.memory.get("functions") if sig.memory else None
+    found = None
+    if fn is not None and "object" in fn:
+        found = next((str(o) for o in fn["object"].astype(str).unique() if _interpreter(str(o))), None)
+    if found is None:
+        found = next((w for w in sig.header.command.split() if _interpreter(w)), None)
+    if found is None:
+        return None
+    ev = sig.events
+    calls = ev.loc[~ev["op"].isin((int(Op.INIT), int(Op.FINALIZE)))].groupby("rank").size()
+    n = int(calls.max()) if len(calls) else 0
+    return (f"the program calls MPI from a Python interpreter ({found.replace(chr(92), '/').rsplit('/', 1)[-1]}; "
+            f"{n} calls on its busiest rank): the network probe timed calls in compiled loops, and an interpreter "
+            "between calls makes each cost more, not priced here (on the Xeon VM +0.3-0.6 us a small call, "
+            "bench/call_interplay; pmac predict --calls --bursts measured shows it on the machine it was traced on)")
+
+
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
             burst_source: str = "auto", contention: bool = False, timeline: bool = False,
             measured_collectives: bool = False, collective_excess: bool = True,
@@ -367,6 +398,8 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             raise MissingSectionError(f"machine '{p.name}'", lacking[0], needed_by=f"predict {sig.name}")
     profiles, level_notes = at_thread_level(profiles, sig.header.mpi_thread_level)
     notes += level_notes
+    if (inote := interpreter_note(sig)) is not None:
+        notes.append(inote)
     rpns = [ranks_per_node_for(p, ranks_per_node) for p in profiles]
     n = sig.n_ranks
     ev = sig.events

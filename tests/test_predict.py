@@ -13,6 +13,7 @@ from pmac.convolve import burst_arrays, convolve, machine_coeffs
 from pmac.errors import MissingSectionError, PmacError
 from pmac.profile import save_profile
 from pmac.signature import save_signature
+from pmac.trace import Op
 from synth import memory_tables, pingpong_signature, two_level_profile
 
 
@@ -147,6 +148,30 @@ def test_cli_calls_compares_traced_and_replayed_calls(files, capsys):
     save_signature(bare, files / "sigs" / "bare")
     assert main(["predict", str(files / "sigs" / "bare"), str(files / "a.yaml"), "--calls"]) == 2
     assert "signature bare: its events carry no traced call times" in capsys.readouterr().err
+
+
+def test_interpreter_note_names_a_python_caller():
+    """pmac.predict.interpreter_note: a program whose memory signature runs libpython, or whose
+    traced command runs python, gets a note with its busiest rank's calls (Init/Finalize left out);
+    a C program's command, and words that only look like python, get none."""
+    from pathlib import Path
+
+    from pmac.signature import load_signature
+
+    pp_sig = pingpong_signature()
+    for cmd, want in (("mpiexec -n 2 /usr/bin/python3.11 app.py", "(python3.11; 6 calls on its busiest rank)"),
+                      ("mpiexec -n 2 python app.py", "(python; 6 calls"),
+                      ("mpiexec -n 2 ./a.out --python-config", None), ("mpiexec -n 2 pythonista", None)):
+        sig = dataclasses.replace(pp_sig, header=dataclasses.replace(pp_sig.header, command=cmd))
+        note = pp.interpreter_note(sig)
+        assert (note is None) if want is None else (want in note and "not priced here" in note), (cmd, note)
+        assert (want is None) == all("Python interpreter" not in n for n in pp.predict(sig, [two_level_profile()]).notes)
+    root = Path(__file__).resolve().parents[1] / "signatures"
+    cg = load_signature(root / "cg_mpi4py-n2-3000")
+    ev = cg.events
+    n = int(ev[~ev["op"].isin((int(Op.INIT), int(Op.FINALIZE)))].groupby("rank").size().max())
+    assert f"(libpython3.11.so.1.0; {n} calls on its busiest rank)" in pp.interpreter_note(cg)
+    assert pp.interpreter_note(load_signature(root / "stencil2d-n2-128")) is None
 
 
 def test_cli_errors(files, capsys):
