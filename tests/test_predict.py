@@ -143,6 +143,12 @@ def test_cli_calls_compares_traced_and_replayed_calls(files, capsys):
     assert main(["predict", *args]) == 0
     out = capsys.readouterr().out
     assert "calls on a against the traced run" in out and "RECV" in out and "+0.1%" in out
+    assert main(["predict", *args, "--csv"]) == 0
+    import io
+
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out)).set_index("op")
+    assert list(df.columns[:2]) == ["signature", "machine"] and set(df["machine"]) == {"a"}
+    assert df.loc["RECV", "diff_pct"] == pytest.approx(rows["RECV"]["diff_pct"], rel=1e-8)
     bare = pingpong_signature(name="bare")
     bare = dataclasses.replace(bare, events=bare.events.assign(t_end_s=bare.events["t_start_s"]))
     save_signature(bare, files / "sigs" / "bare")

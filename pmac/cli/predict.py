@@ -52,8 +52,8 @@ def add_arguments(p):
                         "the bursts are the traced ones too)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print JSON (every table) instead of text")
-    fmt.add_argument("--csv", action="store_true", help="print CSV (the summary; with --per-rank or "
-                                                         "--critical-path that table) instead of text")
+    fmt.add_argument("--csv", action="store_true", help="print CSV (the summary; with --per-rank, "
+                                                         "--critical-path or --calls that table) instead of text")
     p.add_argument("--timeline", metavar="FILE.png", help="write a Gantt chart per rank (matplotlib)")
 
 
@@ -244,7 +244,14 @@ def run(args) -> int:
 
         frames = [p.per_rank if args.per_rank else p.critical_path if args.critical_path else p.summary
                   for p in preds]
-        if frames:
+        if args.calls:
+            frames = [t.assign(machine=m)[["machine", *t.columns]] for tables in calls for m, t in tables]
+            if frames:
+                df = pd.concat(frames, ignore_index=True)
+                df.insert(0, "signature", [p.signature for p, tables in zip(preds, calls)
+                                           for _, t in tables for _ in range(len(t))])
+                df.to_csv(sys.stdout, index=False, float_format="%.9g")
+        elif frames:
             df = pd.concat(frames, ignore_index=True)
             if args.per_rank or args.critical_path:
                 df.insert(0, "signature", [p.signature for p, f in zip(preds, frames) for _ in range(len(f))])
