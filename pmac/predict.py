@@ -344,9 +344,13 @@ def pages_note(sig: Signature, profile: MachineProfile) -> str | None:
             f"than it ran on (pmac probe --pages {'default' if probe_huge else 'huge'} probes them as it ran)")
 
 
+def _file_name(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
 def _interpreter(name: str) -> bool:
     """Whether a shared object's or a command word's file name is a Python interpreter's."""
-    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    base = _file_name(name)
     return base.startswith("libpython") or re.fullmatch(r"python[0-9.]*[dmu]*", base) is not None
 
 
@@ -368,7 +372,7 @@ def interpreter_note(sig: Signature) -> str | None:
     ev = sig.events
     calls = ev.loc[~ev["op"].isin((int(Op.INIT), int(Op.FINALIZE)))].groupby("rank").size()
     n = int(calls.max()) if len(calls) else 0
-    return (f"the program calls MPI from a Python interpreter ({found.replace(chr(92), '/').rsplit('/', 1)[-1]}; "
+    return (f"the program calls MPI from a Python interpreter ({_file_name(found)}; "
             f"{n} calls on its busiest rank): the network probe timed calls in compiled loops, and an interpreter "
             "between calls makes each cost more, not priced here (on the Xeon VM +0.3-0.6 us a small call, "
             "bench/call_interplay; pmac predict --calls --bursts measured shows it on the machine it was traced on)")
