@@ -242,19 +242,17 @@ def run(args) -> int:
     elif args.csv:
         import pandas as pd
 
-        frames = [p.per_rank if args.per_rank else p.critical_path if args.critical_path else p.summary
-                  for p in preds]
-        if args.calls:
+        if args.calls:   # one table per signature and machine
             frames = [t.assign(machine=m)[["machine", *t.columns]] for tables in calls for m, t in tables]
-            if frames:
-                df = pd.concat(frames, ignore_index=True)
-                df.insert(0, "signature", [p.signature for p, tables in zip(preds, calls)
-                                           for _, t in tables for _ in range(len(t))])
-                df.to_csv(sys.stdout, index=False, float_format="%.9g")
-        elif frames:
+            names = [p.signature for p, tables in zip(preds, calls) for _ in tables]
+        else:
+            frames = [p.per_rank if args.per_rank else p.critical_path if args.critical_path else p.summary
+                      for p in preds]
+            names = [p.signature for p in preds]
+        if frames:
             df = pd.concat(frames, ignore_index=True)
-            if args.per_rank or args.critical_path:
-                df.insert(0, "signature", [p.signature for p, f in zip(preds, frames) for _ in range(len(f))])
+            if args.per_rank or args.critical_path or args.calls:
+                df.insert(0, "signature", [s for s, f in zip(names, frames) for _ in range(len(f))])
             df.to_csv(sys.stdout, index=False, float_format="%.9g")
     else:
         for k, p in enumerate(preds):
