@@ -139,30 +139,53 @@ def timed_run(argv: list[str], *, env: dict | None = None, what: str = "", timeo
 
 
 def stop_job(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
-    """Stop a launch started with ``start_new_session=True``: SIGTERM to the launcher's process group
-    and to every process it started, then SIGKILL after ``grace_s``; returns once the launcher, the
-    rest of its group *and* those processes are gone (a traced rank writes its records on SIGTERM).
-    mpiexec can exit on SIGTERM while its ranks still write their records (seen in CI: rank 0's
-    records read, rank 1's not yet written), and MPICH's Hydra starts its proxy and each rank in a
-    session of its own, outside the launcher's group: they are found by parentage (/proc) before the
-    signals go out."""
-    started = _descendants(proc.pid)
+    """Stop a launch started with ``start_new_session=True`` and return once the launcher, the rest
+    of its group *and* every process it started are gone (a traced rank writes its records on
+    SIGTERM). MPICH's Hydra starts its proxy and each rank in a session of its own, outside the
+    launcher's group: they are found by parentage (/proc) before any signal goes out. The launchers
+    (the processes with children: mpiexec, Hydra's proxy) are stopped (SIGSTOP) first and the ranks
+    get SIGTERM alone: a launcher that sees one rank die kills the others with SIGKILL (seen here: a
+    rank cut off while writing its records), and mpiexec can exit while its ranks still write (seen
+    in CI). Once the ranks are gone or ``grace_s`` has passed, the launchers get SIGTERM and
+    SIGCONT, then everything left SIGKILL after another ``grace_s``."""
+    started, parents = _descendants_and_parents(proc.pid)
+    launchers = {proc.pid} | (parents & started)
+    ranks = started - launchers
+    _signal_all(launchers, signal.SIGSTOP)
+    try:
+        _signal_all(ranks, signal.SIGTERM)
+        _wait_until(lambda: not any(map(_running, ranks)), grace_s)
+    finally:
+        _signal_all(launchers, signal.SIGTERM)
+        _signal_all(launchers, signal.SIGCONT)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in started:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _signal_all(started, sig)
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None and not _group_alive(proc.pid) and not any(map(_running, started)):
-                return
-            time.sleep(0.02)
+        if _wait_until(lambda: proc.poll() is not None and not _group_alive(proc.pid)
+                       and not any(map(_running, started)), grace_s):
+            return
     proc.wait()
+
+
+def _signal_all(pids, sig) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _wait_until(done, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if done():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def _stat_fields(pid: str) -> list[str] | None:
@@ -192,8 +215,9 @@ def _running(pid: int) -> bool:
     return f is not None and f[0] != "Z"
 
 
-def _descendants(pid: int) -> set[int]:
-    """The processes below ``pid`` (children, theirs, ...), from /proc (empty without it)."""
+def _descendants_and_parents(pid: int) -> tuple[set[int], set[int]]:
+    """The processes below ``pid`` (children, theirs, ...), from /proc (empty without it), and the
+    set of every process that has a child."""
     children: dict[int, list[int]] = {}
     for p, f in _proc_stats():
         if len(f) > 1:
@@ -205,7 +229,7 @@ def _descendants(pid: int) -> set[int]:
             if c not in out:
                 out.add(c)
                 todo.append(c)
-    return out
+    return out, set(children)
 
 
 def _group_alive(pgid: int) -> bool:

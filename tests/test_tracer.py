@@ -417,6 +417,50 @@ def test_timeout_stops_the_ranks_and_keeps_their_records(env, tmp_path):
     assert sorted(ev["rank"].unique()) == [0, 1]
 
 
+def test_sigterm_in_every_thread_at_once_writes_the_records_once(env, tmp_path):
+    """A stopped job's rank gets SIGTERM twice (pmac, then Hydra's forward) and an MPICH rank has two
+    threads: both handlers ran at once and wrote the buffer twice or cut each other short (CI saw
+    INIT, BARRIER, INIT, BARRIER). Here each thread of each rank gets SIGTERM back to back."""
+    import ctypes
+    import signal
+    import time
+
+    from pmac.mpi import mpi_env
+    from pmac.tracer import preload_env, shim_for
+
+    src = tmp_path / "calls.c"
+    src.write_text("#include <mpi.h>\n#include <stdio.h>\n#include <unistd.h>\nint main(int c, char **v) { "
+                   "MPI_Init(&c, &v); for (int i = 0; i < 6000; i++) MPI_Barrier(MPI_COMM_WORLD); "
+                   "FILE *f = fopen(v[1], \"a\"); fprintf(f, \"%d\\n\", (int)getpid()); fclose(f); "
+                   "for (;;) pause(); }\n")
+    exe, pids_file = tmp_path / "calls", tmp_path / "pids"
+    subprocess.run([env["mpi"].mpicc, "-o", str(exe), str(src)], check=True)
+    tgkill = ctypes.CDLL(None, use_errno=True).syscall  # SYS_tgkill is 234 on x86-64
+    if os.uname().machine != "x86_64":
+        pytest.skip("the tgkill syscall number here is x86-64's")
+    base = mpi_env(None)
+    for attempt in range(5):  # the old race showed in about one try in three
+        raw = tmp_path / f"raw{attempt}"
+        raw.mkdir()
+        pids_file.write_text("")
+        argv = [env["mpi"].mpiexec, "-n", "2", str(exe), str(pids_file)]
+        proc = subprocess.Popen(argv, env=preload_env(shim_for(argv, base), raw, base), start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while len(pids_file.read_text().split()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pids = [int(x) for x in pids_file.read_text().split()]
+        threads = {pid: [int(t) for t in os.listdir(f"/proc/{pid}/task")] for pid in pids}
+        for pid, tids in threads.items():
+            for tid in tids:
+                tgkill(234, pid, tid, signal.SIGTERM)
+        proc.wait(timeout=60)
+        ev = read_raw_dir(raw).events
+        for r in (0, 1):
+            ops = ev["op"].to_numpy()[ev["rank"].to_numpy() == r]
+            assert len(ops) == 6001 and (ops[1:] == Op.BARRIER).all() and ops[0] == Op.INIT, (attempt, r, len(ops))
+
+
 @pytest.mark.parametrize("args, msg", [
     (["--no-mpi"], "--no-mpi leaves nothing to record"),
     (["--ranks", "0"], "--ranks selects the ranks of a memory trace"),

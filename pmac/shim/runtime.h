@@ -156,6 +156,35 @@ static void pmac_flush(void) {
     pmac_used = 0;
 }
 
+/* The fatal signals whose handler writes the buffer before the rank dies (pmac_close). */
+static const int pmac_sigs[] = {SIGSEGV, SIGABRT, SIGTERM, SIGINT, SIGBUS};
+static int pmac_close_state; /* 0 open, 1 closing, 2 closed */
+static int pmac_flushing;    /* a buffer-full flush is writing (its thread blocks the signals) */
+
+static void pmac_block_sigs(sigset_t *old) {
+    sigset_t s;
+    sigemptyset(&s);
+    for (size_t i = 0; i < sizeof pmac_sigs / sizeof pmac_sigs[0]; i++) sigaddset(&s, pmac_sigs[i]);
+    pthread_sigmask(SIG_BLOCK, &s, old);
+}
+
+/* A buffer-full flush: with the fatal signals blocked (a handler in this thread would write the
+ * same buffer again), and not once closing began (another thread's handler is writing it; the
+ * rank is about to die). Returns 0 when it did not write. */
+static int pmac_flush_unclosed(void) {
+    sigset_t old;
+    int wrote = 0;
+    pmac_block_sigs(&old);
+    __atomic_store_n(&pmac_flushing, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pmac_close_state, __ATOMIC_SEQ_CST) == 0) {
+        pmac_flush();
+        wrote = 1;
+    }
+    __atomic_store_n(&pmac_flushing, 0, __ATOMIC_SEQ_CST);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return wrote;
+}
+
 /* Threads: the buffer belongs to the thread that called MPI_Init. The first record pushed from
  * another thread switches to a spin lock for good (memory-safe; records of concurrent calls may
  * then interleave, so their sub-records can attach to the wrong call: MPI_THREAD_MULTIPLE
@@ -173,7 +202,7 @@ static inline void pmac_push_unlocked(const pmac_rec *r) {
         memset(&f, 0, sizeof f);
         f.type = 8;
         f.t_start_ns = pmac_now();
-        pmac_flush();
+        if (!pmac_flush_unclosed()) return; /* closing: the record is dropped, the rank is dying */
         f.t_end_ns = pmac_now();
         pmac_buf[pmac_used++] = f;
     }
@@ -592,15 +621,33 @@ static void pmac_nbr_v(pmac_rec *r, pmac_comm_t *ci, int big, const void *sc, co
 
 /* ---- start / stop ---- */
 static struct sigaction pmac_oldsig[65];
-static const int pmac_sigs[] = {SIGSEGV, SIGABRT, SIGTERM, SIGINT, SIGBUS};
 
+/* Closing happens once, whoever asks: the program's exit, or a fatal signal in any thread. MPICH's
+ * ranks have two threads, and a stopped job gets SIGTERM twice (from pmac and forwarded by Hydra):
+ * both threads could run the handler at once and write the buffer twice (seen in CI: a rank's
+ * records doubled). The first caller writes with the fatal signals blocked in its thread; any
+ * other waits until the file is closed, so dying afterwards cannot cut the write short. */
 static void pmac_close(void) {
+    sigset_t old;
+    pmac_block_sigs(&old); /* first: a signal nested here would wait for this very close */
+    int expect = 0;
+    if (!__atomic_compare_exchange_n(&pmac_close_state, &expect, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+        /* sleep, not spin: on a small machine a spinning thread can take the writer's core */
+        struct timespec nap = {0, 50000};
+        while (__atomic_load_n(&pmac_close_state, __ATOMIC_ACQUIRE) != 2) nanosleep(&nap, NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return;
+    }
+    struct timespec nap = {0, 50000};
+    while (__atomic_load_n(&pmac_flushing, __ATOMIC_SEQ_CST)) nanosleep(&nap, NULL);
     if (pmac_fd >= 0) {
         pmac_flush();
         close(pmac_fd);
         pmac_fd = -1;
     }
     pmac_on = 0;
+    __atomic_store_n(&pmac_close_state, 2, __ATOMIC_RELEASE);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 static void pmac_sighandler(int sig) {
@@ -679,7 +726,8 @@ static void pmac_start(void) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = pmac_sighandler;
-        sigemptyset(&sa.sa_mask);
+        sigemptyset(&sa.sa_mask); /* the handler runs with all of them blocked (pmac_close) */
+        for (size_t j = 0; j < sizeof pmac_sigs / sizeof pmac_sigs[0]; j++) sigaddset(&sa.sa_mask, pmac_sigs[j]);
         sa.sa_flags = SA_RESTART | (onstack ? SA_ONSTACK : 0);
         sigaction(pmac_sigs[i], &sa, &pmac_oldsig[pmac_sigs[i]]);
     }
