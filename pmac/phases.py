@@ -44,6 +44,8 @@ class Phases:
     rows: BurstArrays
     #: per row, its burst's index in the signature's BurstArrays
     burst: np.ndarray
+    #: per row, its function's name (OTHER_FUNCTIONS for the rest of its burst)
+    function: np.ndarray
 
 
 def _keys(rank, seq) -> pd.MultiIndex:
@@ -97,21 +99,17 @@ def phases_of(memory: dict[str, pd.DataFrame], ba: BurstArrays) -> Phases | None
                                             fetch_cum[:, has, :])
     rows = dataclasses.replace(rows, cum=cum, unsampled=None, n_borrowed_hist=0,
                                fetches=rows.fetches if fetch_cum is not None else None, fetch_cum=fetch_cum)
-    return Phases(rows=rows, burst=burst)
+    return Phases(rows=rows, burst=burst, function=bf["function"].to_numpy())
 
 
-def convolve_phases(ba: BurstArrays, phases: Phases | None, machines: Sequence[MachineCoeffs]
-                    ) -> tuple[ConvolveResult, np.ndarray, np.ndarray]:
-    """(result, sum of max(m, c), sum of min(m, c)) per machine and burst: ``convolve`` of the
-    bursts, those with function rows priced phase by phase (module docstring). The result's
-    ``compute_s`` of such a burst is the sum over its functions, ``memory_s`` its own."""
+def phase_split(ba: BurstArrays, phases: Phases, machines: Sequence[MachineCoeffs]
+                ) -> tuple[ConvolveResult, np.ndarray, np.ndarray]:
+    """(the bursts convolved whole, memory and compute seconds of each (burst, function) row per
+    machine): a burst's own memory time split among its rows as each row's memory time priced
+    alone says, each row's compute from its own counters (module docstring)."""
     res = convolve(ba, machines, detail=True)
-    m, c = res.memory_s, res.compute_s
-    mx, mn = np.maximum(m, c), np.minimum(m, c)
-    if phases is None:
-        return res, mx, mn
     rr = convolve(phases.rows, machines, detail=True)
-    n_p, n_b = m.shape
+    n_p, n_b = res.memory_s.shape
     b = phases.burst
     raw = rr.memory_s
     tot = np.zeros((n_p, n_b))
@@ -123,8 +121,24 @@ def convolve_phases(ba: BurstArrays, phases: Phases | None, machines: Sequence[M
     even = np.where(size_tot > 0, size / np.where(size_tot > 0, size_tot, 1.0), 1.0 / count[b])
     t = tot[:, b]
     share = np.where(t > 0, raw / np.where(t > 0, t, 1.0), even[None, :])
-    m_rows = m[:, b] * share
-    c_rows = rr.compute_s
+    return res, res.memory_s[:, b] * share, rr.compute_s
+
+
+def convolve_phases(ba: BurstArrays, phases: Phases | None, machines: Sequence[MachineCoeffs]
+                    ) -> tuple[ConvolveResult, np.ndarray, np.ndarray]:
+    """(result, sum of max(m, c), sum of min(m, c)) per machine and burst: ``convolve`` of the
+    bursts, those with function rows priced phase by phase (module docstring). The result's
+    ``compute_s`` of such a burst is the sum over its functions, ``memory_s`` its own."""
+    if phases is None:
+        res = convolve(ba, machines, detail=True)
+        m, c = res.memory_s, res.compute_s
+        return res, np.maximum(m, c), np.minimum(m, c)
+    res, m_rows, c_rows = phase_split(ba, phases, machines)
+    m, c = res.memory_s, res.compute_s
+    mx, mn = np.maximum(m, c), np.minimum(m, c)
+    n_p, n_b = m.shape
+    b = phases.burst
+    count = np.bincount(b, minlength=n_b)
     beta = np.array([mc.beta for mc in machines])[:, None]
     has = count > 0
     compute_s = c.copy()

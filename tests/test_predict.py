@@ -156,6 +156,90 @@ def test_cli_calls_compares_traced_and_replayed_calls(files, capsys):
     assert "signature bare: its events carry no traced call times" in capsys.readouterr().err
 
 
+def _split_pingpong():
+    """memory_for_pingpong with rank 0's burst 3 split into f (its bytes, no flop) and g (flop only)."""
+    from pmac.memsig import BURST_FUNCTIONS
+
+    mem = memory_for_pingpong()
+    b = mem["bursts"]
+    i = b.index[(b["rank"] == 0) & (b["seq"] == 3)][0]
+    f = dict(load_bytes=80_000, store_bytes=8000, loads=10_000, stores=1000, branches=100)
+    g = dict(fp_scalar=30_000, flop=30_000.0)
+    for c in ("load_bytes", "store_bytes", "loads", "stores", "branches", "fp_scalar", "flop"):
+        b.loc[i, c] = f.get(c, 0) + g.get(c, 0)
+    rows = [{c: (0 if c not in ("rank", "seq", "function") else None) for c in BURST_FUNCTIONS.names} | d
+            | dict(rank=0, seq=3, function=name) for name, d in (("f", f), ("g", g))]
+    mem["burst_functions"] = BURST_FUNCTIONS.coerce(pd.DataFrame(rows))
+    return mem
+
+
+def test_function_times_by_hand():
+    """pmac.predict_functions on a split burst, against the plain convolver: g (flop only) has no
+    memory time and costs its compute; f takes the burst's whole memory time m and its own compute
+    c (max(m, c) + beta min(m, c)); every other burst is one '(unsplit bursts)' row; the rows sum to
+    the replay's compute and the traced burst times (1 ms each) to the trace's."""
+    from pmac.predict_functions import UNSPLIT, function_times
+
+    mem = _split_pingpong()
+    sig = pingpong_signature(memory=mem)
+    prof = two_level_profile(beta=0.25)
+    mc = machine_coeffs(prof, active_cores=2)
+    ft = function_times(sig, [prof]).set_index("function")
+    assert list(ft.index[:1]) == [UNSPLIT] and set(ft.index) == {UNSPLIT, "f", "g"}
+    ba = burst_arrays(mem)
+    whole = convolve(ba, [mc])
+    k = int(np.flatnonzero((ba.rank == 0) & (ba.seq == 3))[0])
+
+    def alone(counters):
+        one = memory_tables([dict(rank=0, seq=3, **counters)], [dict(rank=0, seq=3, access=0, counts={10: 1})])
+        return convolve(burst_arrays(one), [mc]).compute_s[0, 0]
+
+    m, c_f, c_g = whole.memory_s[0, k], alone(dict(load_bytes=80_000, store_bytes=8000, loads=10_000, stores=1000,
+                                                   branches=100)), alone(dict(fp_scalar=30_000, flop=30_000.0))
+    assert ft.loc["g", "memory_s"] == 0 and ft.loc["g", "time_s"] == pytest.approx(c_g, rel=1e-12)
+    assert ft.loc["f", "memory_s"] == pytest.approx(m, rel=1e-12)
+    assert ft.loc["f", "time_s"] == pytest.approx(max(m, c_f) + 0.25 * min(m, c_f), rel=1e-12)
+    assert ft.loc["g", "bound"] == "compute" and ft.loc["f", "flop"] == 0 and ft.loc["g", "bytes"] == 0
+    others = np.delete(np.arange(ba.n_bursts), k)
+    assert ft.loc[UNSPLIT, "time_s"] == pytest.approx(whole.time_s[0, others].sum(), rel=1e-12)
+    assert ft.loc[UNSPLIT, "bursts"] == len(others) and ft.loc[UNSPLIT, "traced_s"] == pytest.approx(13e-3)
+    assert ft.loc["f", "traced_s"] + ft.loc["g", "traced_s"] == pytest.approx(1e-3, rel=1e-12)
+    assert ft.loc["f", "traced_s"] / ft.loc["g", "traced_s"] == pytest.approx(
+        ft.loc["f", "time_s"] / ft.loc["g", "time_s"], rel=1e-9)
+    assert ft["share"].sum() == pytest.approx(1.0)
+    pred = pp.predict(sig, [prof])
+    assert ft["time_s"].sum() == pytest.approx(pred.per_rank["compute_s"].sum(), rel=1e-12)
+    # a signature without function rows: one row; without a memory signature: refused
+    whole_only = function_times(pingpong_signature(memory=memory_for_pingpong()), [prof])
+    assert list(whole_only["function"]) == [UNSPLIT]
+    with pytest.raises(PmacError, match="pp: no memory signature: per-function times need one"):
+        function_times(pingpong_signature(), [prof])
+
+
+def test_cli_functions(files, capsys):
+    """pmac predict --functions in text, CSV and JSON; refused where the bursts are the traced ones."""
+    import io
+
+    save_signature(pingpong_signature(memory=_split_pingpong(), name="split"), files / "sigs" / "split")
+    args = [str(files / "sigs" / "split"), str(files / "a.yaml"), str(files / "b.yaml"), "--functions"]
+    assert main(["predict", *args, "--csv"]) == 0
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(df.columns[:3]) == ["signature", "machine", "function"] and len(df) == 6
+    assert set(df["machine"]) == {"a", "b"} and set(df["function"]) == {"f", "g", "(unsplit bursts)"}
+    assert main(["predict", *args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (entry,) = doc["functions"]
+    pred = {r["machine"]: r["compute_s"] for r in doc["predictions"][0]["summary"]}
+    for m in ("a", "b"):
+        assert sum(r["time_s"] for r in entry["rows"] if r["machine"] == m) == pytest.approx(2 * pred[m], rel=1e-9)
+    assert main(["predict", *args]) == 0
+    out = capsys.readouterr().out
+    assert "functions on a (compute summed over the ranks" in out and "\n    g " in out
+    assert main(["predict", *args, "--bursts", "measured"]) == 2
+    err = capsys.readouterr().err
+    assert "signature split: --functions prices the memory signature's bursts" in err and len(err.splitlines()) == 1
+
+
 def test_interpreter_note_names_a_python_caller():
     """pmac.predict.interpreter_note: a program whose memory signature runs libpython, or whose
     traced command runs python, gets a note with its busiest rank's calls (Init/Finalize left out);

@@ -50,10 +50,14 @@ def add_arguments(p):
                         "(pmac.validate.call_costs: where the network model misprices this program's calls; "
                         "meaningful on a profile of the machine it was traced on, and with --bursts measured "
                         "the bursts are the traced ones too)")
+    p.add_argument("--functions", action="store_true",
+                   help="also print where each machine's predicted compute goes, function by function "
+                        "(pmac.predict_functions; beside the traced run's burst times split the same way)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print JSON (every table) instead of text")
     fmt.add_argument("--csv", action="store_true", help="print CSV (the summary; with --per-rank, "
-                                                         "--critical-path or --calls that table) instead of text")
+                                                         "--critical-path, --calls or --functions that table) instead "
+                                                         "of text")
     p.add_argument("--timeline", metavar="FILE.png", help="write a Gantt chart per rank (matplotlib)")
 
 
@@ -164,6 +168,39 @@ def format_calls(tables) -> str:
     return "\n".join(out)
 
 
+#: functions shown per machine in text (all of them in --csv and --json)
+TOP_FUNCTIONS = 12
+
+
+def function_table(sig, profiles, args):
+    """pmac.predict_functions.function_times for ``--functions``; an InputError when the bursts are
+    not convolved from a memory signature."""
+    from ..predict import resolve_burst_source
+    from ..predict_functions import function_times
+
+    if resolve_burst_source(sig, args.bursts) != "memory":
+        raise InputError(f"signature {sig.name}: --functions prices the memory signature's bursts, and this "
+                         "prediction replays the traced burst times (pmac trace --memory, or --bursts memory)")
+    return function_times(sig, profiles, ranks_per_node=args.ranks_per_node, capacity=args.capacity)
+
+
+def format_functions(table) -> str:
+    out = []
+    for m, g in table.groupby("machine", sort=False):
+        out.append(f"\n  functions on {m} (compute summed over the ranks; traced: the traced run's bursts split "
+                   "as predicted; diff: predicted against traced):")
+        rr = [[r.function[:40], r.object[:24], str(r.bursts), _t(r.time_s), f"{100 * r.share:5.1f}%", r.bound,
+               _t(r.traced_s), "-" if r.diff_pct != r.diff_pct else f"{r.diff_pct:+.1f}%"]
+              for r in g.head(TOP_FUNCTIONS).itertuples()]
+        if len(g) > TOP_FUNCTIONS:
+            rest = g.iloc[TOP_FUNCTIONS:]
+            rr.append([f"({len(rest)} more)", "", str(rest["bursts"].sum()), _t(rest["time_s"].sum()),
+                       f"{100 * rest['share'].sum():5.1f}%", "", _t(rest["traced_s"].sum()), ""])
+        out.append(_indent(_fmt_table(rr, ["function", "object", "bursts", "time", "share", "bound", "traced",
+                                           "diff"])))
+    return "\n".join(out)
+
+
 def _indent(text: str) -> str:
     return "\n".join("    " + x for x in text.splitlines())
 
@@ -208,7 +245,7 @@ def run(args) -> int:
 
     sig_paths, machine_paths = classify(args.paths)
     profiles = [load_profile(p) for p in machine_paths]
-    preds, skipped, calls = [], [], []
+    preds, skipped, calls, funcs = [], [], [], []
     for sp in sig_paths:
         sig = load_signature(sp)
         usable = []
@@ -230,12 +267,16 @@ def run(args) -> int:
                                  capacity=args.capacity))
             if args.calls:
                 calls.append(call_tables(sig, preds[-1]))
+            if args.functions:
+                funcs.append(function_table(sig, usable, args))
     if args.json:
         doc = {"predictions": [{"signature": p.signature, "summary": _records(p.summary),
                                 "per_rank": _records(p.per_rank), "critical_path": _records(p.critical_path),
                                 "notes": list(p.notes)} for p in preds],
                **({"calls": [{"signature": p.signature, "machine": m, "rows": _records(t)}
                              for p, tables in zip(preds, calls) for m, t in tables]} if args.calls else {}),
+               **({"functions": [{"signature": p.signature, "rows": _records(t)}
+                                 for p, t in zip(preds, funcs)]} if args.functions else {}),
                "not_predicted": [{"signature": s, "machine": m, "lacking": lk} for s, m, lk in skipped]}
         json.dump(doc, sys.stdout, indent=1)
         print()
@@ -245,13 +286,15 @@ def run(args) -> int:
         if args.calls:   # one table per signature and machine
             frames = [t.assign(machine=m)[["machine", *t.columns]] for tables in calls for m, t in tables]
             names = [p.signature for p, tables in zip(preds, calls) for _ in tables]
+        elif args.functions:
+            frames, names = funcs, [p.signature for p in preds]
         else:
             frames = [p.per_rank if args.per_rank else p.critical_path if args.critical_path else p.summary
                       for p in preds]
             names = [p.signature for p in preds]
         if frames:
             df = pd.concat(frames, ignore_index=True)
-            if args.per_rank or args.critical_path or args.calls:
+            if args.per_rank or args.critical_path or args.calls or args.functions:
                 df.insert(0, "signature", [s for s, f in zip(names, frames) for _ in range(len(f))])
             df.to_csv(sys.stdout, index=False, float_format="%.9g")
     else:
@@ -259,6 +302,8 @@ def run(args) -> int:
             print(format_prediction(p, per_rank=args.per_rank, critical_path=args.critical_path))
             if args.calls:
                 print(format_calls(calls[k]))
+            if args.functions:
+                print(format_functions(funcs[k]))
             print()
         if any(not r.independent for p in preds for r in p.summary.itertuples()):
             print("(!) burst times as measured on the traced machine: not a prediction for other machines")

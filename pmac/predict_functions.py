@@ -1,0 +1,125 @@
+"""Where the predicted compute goes, function by function (``pmac predict --functions``).
+
+A performance engineer comparing machines asks which code a machine makes slower, not only by how
+much: the convolver prices each burst's functions one after another (pmac.phases), so each
+function's share of a burst is known. Per machine and function, summed over every rank and every
+burst the replay uses (a rank without a memory trace counts the bursts it borrows):
+
+- ``time_s``: its convolved time, ``max(m, c) + beta * min(m, c)`` per (burst, function) row with
+  ``memory_s`` = m and ``compute_s`` = c summed beside it (a burst's rows sum to its time as
+  ``pmac predict`` replays it, before pollution and noise, which belong to the calls);
+- ``bound``: ``memory`` when its memory time exceeds its compute time over the run, else ``compute``;
+- ``traced_s``: the traced run's burst times split among a burst's functions as this machine's
+  prediction splits that burst, so ``diff_pct`` of a function is that of the bursts it runs in,
+  weighted by its share of them (exact for a function that has its bursts to itself). Meaningful
+  on a profile of the machine the signature was traced on, as ``--calls``.
+
+The bursts the tracer left whole are one row, ``(unsplit bursts)``: a burst that ran one function
+(98 % or more of it: pmac.memsig.BURST_FUNCTION_MIN_SHARE) or fewer than
+pmac.memsig.BURST_FUNCTION_MIN_INSTRUCTIONS instructions, whose function the signature does not
+name, and every burst of a signature traced before version 4. Below 2 % of a burst, a function
+is in its ``(other)`` row. A C program whose timed loop is one function shows mostly the first; a
+Python program, whose interpreter runs many small functions, mostly the second.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .convolve import burst_arrays, event_bursts, machine_coeffs
+from .errors import InputError
+from .phases import phase_split, phases_of
+from .predict import ranks_per_node_for
+from .profile import MachineProfile
+from .signature import Signature
+
+FUNCTION_COLUMNS = ("machine", "function", "object", "bursts", "instructions", "bytes", "flop", "memory_s",
+                    "compute_s", "time_s", "share", "bound", "traced_s", "diff_pct")
+UNSPLIT = "(unsplit bursts)"
+
+
+def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
+                   capacity: str = "nominal") -> pd.DataFrame:
+    """The table of the module docstring, functions by descending time within each machine; the
+    ranks placed per node as ``pmac.predict.predict`` places them."""
+    mem = sig.memory
+    if not mem or mem.get("bursts") is None or len(mem["bursts"]) == 0:
+        raise InputError(f"{sig.name}: no memory signature: per-function times need one "
+                         "(pmac trace --memory)")
+    ba = burst_arrays(mem)
+    ph = phases_of(mem, ba)
+    ms = [machine_coeffs(p, active_cores=min(ranks_per_node_for(p, ranks_per_node), sig.n_ranks),
+                         soft_capacity=capacity == "curve") for p in profiles]
+    idx, _ = event_bursts(ba, sig.events)
+    used = idx >= 0
+    uses = np.bincount(idx[used], minlength=ba.n_bursts).astype(np.float64)
+    traced_b = np.bincount(idx[used], weights=sig.events["burst_s"].to_numpy(np.float64)[used],
+                           minlength=ba.n_bursts)
+    # rows: the phases' (burst, function) rows, then one row per burst without any
+    if ph is not None:
+        res, m_rows, c_rows = phase_split(ba, ph, ms)
+        row_b = ph.burst
+        row_f = ph.function.astype(object)
+        counters = mem["burst_functions"].set_index(["rank", "seq", "function"])
+        key = pd.MultiIndex.from_arrays([ba.rank[row_b].astype(np.int64), ba.seq[row_b], ph.function])
+        sub = counters.reindex(key)
+        r_ins = sub["instructions"].to_numpy(np.float64)
+        r_bytes = (sub["load_bytes"] + sub["store_bytes"]).to_numpy(np.float64)
+        r_flop = sub["flop"].to_numpy(np.float64)
+        alone = np.setdiff1d(np.arange(ba.n_bursts), row_b)
+    else:
+        from .convolve import convolve
+
+        res = convolve(ba, ms, detail=True)
+        m_rows = c_rows = np.zeros((len(ms), 0))
+        row_b = np.zeros(0, np.int64)
+        row_f = np.zeros(0, object)
+        r_ins = r_bytes = r_flop = np.zeros(0)
+        alone = np.arange(ba.n_bursts)
+    b_tab = mem["bursts"]
+    ins_b = b_tab["instructions"].to_numpy(np.float64)
+    bytes_b = (b_tab["load_bytes"] + b_tab["store_bytes"]).to_numpy(np.float64)
+    flop_b = b_tab["flop"].to_numpy(np.float64)
+    all_b = np.concatenate([row_b, alone])
+    names = np.concatenate([row_f, np.full(len(alone), UNSPLIT, object)])
+    w = uses[all_b]
+    objects = _objects(mem)
+    out = []
+    for k, (p, mc) in enumerate(zip(profiles, ms)):
+        m = np.concatenate([m_rows[k], res.memory_s[k, alone]])
+        c = np.concatenate([c_rows[k], res.compute_s[k, alone]])
+        t = np.maximum(m, c) + mc.beta * np.minimum(m, c)
+        t_burst = np.bincount(all_b, weights=t, minlength=ba.n_bursts)
+        frac = np.where(t_burst[all_b] > 0, t / np.where(t_burst[all_b] > 0, t_burst[all_b], 1.0), 0.0)
+        df = pd.DataFrame({
+            "function": names, "bursts": (w > 0).astype(np.float64) * w,
+            "instructions": np.concatenate([r_ins, ins_b[alone]]) * w,
+            "bytes": np.concatenate([r_bytes, bytes_b[alone]]) * w,
+            "flop": np.concatenate([r_flop, flop_b[alone]]) * w,
+            "memory_s": m * w, "compute_s": c * w, "time_s": t * w, "traced_s": traced_b[all_b] * frac})
+        g = df.groupby("function", sort=False).sum()
+        g = g[g["bursts"] > 0]
+        total = g["time_s"].sum()
+        g["share"] = g["time_s"] / total if total > 0 else 0.0
+        g["bound"] = np.where(g["memory_s"] > g["compute_s"], "memory", "compute")
+        g["diff_pct"] = np.where(g["traced_s"] > 0, 100.0 * (g["time_s"] / g["traced_s"].where(g["traced_s"] > 0, 1.0) - 1.0),
+                                 np.nan)
+        g = g.reset_index().sort_values("time_s", ascending=False, kind="stable")
+        g["machine"] = p.name
+        g["object"] = [objects.get(f, "") for f in g["function"]]
+        g["bursts"] = g["bursts"].round().astype(np.int64)
+        out.append(g)
+    return pd.concat(out, ignore_index=True)[list(FUNCTION_COLUMNS)]
+
+
+def _objects(mem: dict) -> dict[str, str]:
+    """Function name -> the object file (program or library) it came from, from the whole-run
+    functions table (its first rank's row)."""
+    fn = mem.get("functions")
+    if fn is None or len(fn) == 0 or "object" not in fn.columns:
+        return {}
+    first = fn.drop_duplicates("function")
+    return dict(zip(first["function"], first["object"].map(lambda s: s.rsplit("/", 1)[-1])))
