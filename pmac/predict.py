@@ -374,8 +374,9 @@ def interpreter_note(sig: Signature) -> str | None:
     n = int(calls.max()) if len(calls) else 0
     return (f"the program calls MPI from a Python interpreter ({_file_name(found)}; "
             f"{n} calls on its busiest rank): the network probe timed calls in compiled loops, and an interpreter "
-            "between calls makes each cost more, not priced here (on the Xeon VM +0.3-0.6 us a small call, "
-            "bench/call_interplay; pmac predict --calls --bursts measured shows it on the machine it was traced on)")
+            "between calls makes each cost more, not priced here (back to back, +0.25-0.6 us a small call on the "
+            "development VMs, bench/call_interplay; in a program's loop up to 1.4 us more on the median call: "
+            "pmac predict --calls --bursts measured shows it on the machine it was traced on)")
 
 
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
