@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .convolve import burst_arrays, event_bursts, machine_coeffs
+from .convolve import burst_arrays, convolve, event_bursts, machine_coeffs
 from .errors import InputError
 from .phases import phase_split, phases_of
 from .predict import ranks_per_node_for
@@ -71,8 +71,6 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
         r_flop = sub["flop"].to_numpy(np.float64)
         alone = np.setdiff1d(np.arange(ba.n_bursts), row_b)
     else:
-        from .convolve import convolve
-
         res = convolve(ba, ms, detail=True)
         m_rows = c_rows = np.zeros((len(ms), 0))
         row_b = np.zeros(0, np.int64)
@@ -95,7 +93,7 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
         t_burst = np.bincount(all_b, weights=t, minlength=ba.n_bursts)
         frac = np.where(t_burst[all_b] > 0, t / np.where(t_burst[all_b] > 0, t_burst[all_b], 1.0), 0.0)
         df = pd.DataFrame({
-            "function": names, "bursts": (w > 0).astype(np.float64) * w,
+            "function": names, "bursts": w,
             "instructions": np.concatenate([r_ins, ins_b[alone]]) * w,
             "bytes": np.concatenate([r_bytes, bytes_b[alone]]) * w,
             "flop": np.concatenate([r_flop, flop_b[alone]]) * w,
