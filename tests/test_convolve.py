@@ -262,6 +262,31 @@ def test_loop_carried_chains_bound_the_flop_time():
     assert convolve(chained, [nodep]).compute_s[0, 0] == pytest.approx(1000 / rs, rel=1e-12)
 
 
+def test_a_chain_hides_the_loops_other_work():
+    """t_other = max(t_flop + branches * c0, t_chain): the predicted branches' loop work runs in a
+    loop-carried chain's shadow as its flop does; mispredictions still add. Two cases that tell it
+    from the sum max(t_flop, t_chain) + branches * c0 it replaced (27 Nov 2026)."""
+    m = machine_coeffs(two_level_profile())
+    rs, t_op = m.flop_per_s_scalar, m.chain_op_s
+    c0, c1 = m.branch_cost_s[0], m.branch_cost_s[-1]      # at miss fraction 0 and 0.5
+    n_b = 100
+    # chain-bound: 600 chain operations outlast 1000 flop and 100 predicted branches
+    bound = one_burst({10: 100}, load_bytes=800, fp_scalar=1000, flop=1000.0, fp_recurrence=600, branches=n_b,
+                      branch_miss_frac=0.0)
+    assert 600 * t_op > 1000 / rs + n_b * c0
+    assert convolve(bound, [m]).compute_s[0, 0] == pytest.approx(600 * t_op, rel=1e-12)
+    # between: the chain outlasts the flop alone but not the flop and the loop work together
+    k = 260
+    mid = one_burst({10: 100}, load_bytes=800, fp_scalar=1000, flop=1000.0, fp_recurrence=k, branches=n_b,
+                    branch_miss_frac=0.0)
+    assert 1000 / rs < k * t_op < 1000 / rs + n_b * c0
+    assert convolve(mid, [m]).compute_s[0, 0] == pytest.approx(1000 / rs + n_b * c0, rel=1e-12)
+    # mispredicted branches stall everything: their extra price adds to the chain-bound time
+    missed = one_burst({10: 100}, load_bytes=800, fp_scalar=1000, flop=1000.0, fp_recurrence=600, branches=n_b,
+                       branch_miss_frac=0.5)
+    assert convolve(missed, [m]).compute_s[0, 0] == pytest.approx(600 * t_op + n_b * (c1 - c0), rel=1e-12)
+
+
 def test_chain_adds_and_multiplies_at_their_own_prices():
     """With fp_recurrence_mul (signature version 7) and the chain probe (profile schema 9):
     t_chain = (rec - rec_mul) * chain_add_s + rec_mul * chain_mul_s; a profile without the chain
