@@ -417,15 +417,6 @@ def test_timeout_stops_the_ranks_and_keeps_their_records(env, tmp_path):
     assert sorted(ev["rank"].unique()) == [0, 1]
 
 
-def _stat(pid):
-    """/proc/PID/stat's fields after the command name (state, ppid, ...), None when gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2:].split()
-
-
 def test_sigterm_in_every_thread_at_once_writes_the_records_once(env, tmp_path):
     """A stopped job's rank gets SIGTERM twice (pmac, then Hydra's forward) and an MPICH rank has two
     threads: both handlers ran at once and wrote the buffer twice or cut each other short (CI saw
@@ -434,7 +425,7 @@ def test_sigterm_in_every_thread_at_once_writes_the_records_once(env, tmp_path):
     import signal
     import time
 
-    from pmac.mpi import mpi_env
+    from pmac.mpi import _running, _stat_fields, mpi_env
     from pmac.tracer import preload_env, shim_for
 
     src = tmp_path / "calls.c"
@@ -462,14 +453,14 @@ def test_sigterm_in_every_thread_at_once_writes_the_records_once(env, tmp_path):
         threads = {pid: [int(t) for t in os.listdir(f"/proc/{pid}/task")] for pid in pids}
         # the launchers held still first, as pmac.mpi.stop_job does: Hydra SIGKILLs the other ranks
         # when one dies, which would cut a slow write short whatever the shim does (seen in CI)
-        launchers = {proc.pid} | {int(_stat(pid)[1]) for pid in pids}
+        launchers = {proc.pid} | {int(_stat_fields(str(pid))[1]) for pid in pids}
         for pid in launchers:
             os.kill(pid, signal.SIGSTOP)
         for pid, tids in threads.items():
             for tid in tids:
                 tgkill(234, pid, tid, signal.SIGTERM)
         deadline = time.monotonic() + 60
-        while any(_stat(pid) not in (None,) and _stat(pid)[0] != "Z" for pid in pids) and time.monotonic() < deadline:
+        while any(map(_running, pids)) and time.monotonic() < deadline:
             time.sleep(0.01)
         for pid in launchers:
             os.kill(pid, signal.SIGCONT)
