@@ -257,6 +257,16 @@ CAPACITY_MODES = ("nominal", "curve")
 _UNSET = object()
 
 
+def active_cores_for(profiles: Sequence[MachineProfile], ranks_per_node: int | None, n_ranks: int) -> list[int]:
+    """Per profile, the ranks sharing a node as :func:`predict` places them (block-wise)."""
+    return [min(ranks_per_node_for(p, ranks_per_node), n_ranks) for p in profiles]
+
+
+def coeffs_for(profiles: Sequence[MachineProfile], active_cores: Sequence[int], capacity: str = "nominal"):
+    """The convolver's coefficients of each profile at its active cores and cache sizing."""
+    return [machine_coeffs(p, active_cores=a, soft_capacity=capacity == "curve") for p, a in zip(profiles, active_cores)]
+
+
 def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], active_cores: Sequence[int],
                        ba: BurstArrays | None = None, capacity: str = "nominal", *,
                        phases=_UNSET) -> tuple[np.ndarray, dict]:
@@ -264,7 +274,7 @@ def memory_burst_times(sig: Signature, profiles: Sequence[MachineProfile], activ
     signature's bursts as arrays when already built, ``phases`` their pmac.phases.phases_of (which
     depends on the signature only); ``capacity``: one of CAPACITY_MODES."""
     ba = burst_arrays(sig.memory) if ba is None else ba
-    ms = [machine_coeffs(p, active_cores=a, soft_capacity=capacity == "curve") for p, a in zip(profiles, active_cores)]
+    ms = coeffs_for(profiles, active_cores, capacity)
     ph = phases_of(sig.memory, ba) if phases is _UNSET else phases
     res, _, _ = convolve_phases(ba, ph, ms)
     ev = sig.events
@@ -412,7 +422,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
     want_ba = src == "memory" or (pollution and any(_has_pollution_curve(p) for p in profiles))
     ba = burst_arrays(sig.memory) if has_memory(sig) and want_ba else None
     if src == "memory":
-        actives = [min(r, n) for r in rpns]
+        actives = active_cores_for(profiles, ranks_per_node, n)
         ph = phases_of(sig.memory, ba)   # the signature's alone: once for both sizings
         bursts_all, diag = memory_burst_times(sig, profiles, actives, ba, capacity, phases=ph)
         notes += edge_notes(sig, profiles, actives, ba, bursts_all, capacity, phases=ph)

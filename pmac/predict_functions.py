@@ -29,10 +29,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .convolve import burst_arrays, convolve, event_bursts, machine_coeffs
+from .convolve import burst_arrays, convolve, event_bursts
 from .errors import InputError
 from .phases import phase_split, phases_of
-from .predict import ranks_per_node_for
+from .predict import active_cores_for, coeffs_for
 from .profile import MachineProfile
 from .signature import Signature
 
@@ -51,8 +51,7 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
                          "(pmac trace --memory)")
     ba = burst_arrays(mem)
     ph = phases_of(mem, ba)
-    ms = [machine_coeffs(p, active_cores=min(ranks_per_node_for(p, ranks_per_node), sig.n_ranks),
-                         soft_capacity=capacity == "curve") for p in profiles]
+    ms = coeffs_for(profiles, active_cores_for(profiles, ranks_per_node, sig.n_ranks), capacity)
     idx, _ = event_bursts(ba, sig.events)
     used = idx >= 0
     uses = np.bincount(idx[used], minlength=ba.n_bursts).astype(np.float64)
