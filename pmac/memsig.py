@@ -137,7 +137,18 @@ BURST_FUNCTION_MIN_SHARE = 0.02
 BURST_FUNCTION_MIN_INSTRUCTIONS = 10_000
 OTHER_FUNCTIONS = "(other)"
 
-MEMORY_TABLES = {t.name: t for t in (BURSTS, REUSE, FUNCTIONS, BURST_FUNCTIONS)}
+#: The function that ran most of each burst (signature version 8): the largest of its functions'
+#: instructions plus bytes in 8-byte words, as BURST_FUNCTIONS weighs them. A burst that ran one
+#: function has no BURST_FUNCTIONS rows; this names it (``pmac predict --functions``). A burst
+#: in which the tracer saw no function (none on record) has no row.
+BURST_NAMES = TableSpec(name="burst_names", columns=(
+    ("rank", "int32"),
+    ("seq", "int64"),
+    ("function", "U64"),
+    ("share", "float64"),        # of the burst's weight that function ran, (0, 1]
+))
+
+MEMORY_TABLES = {t.name: t for t in (BURSTS, REUSE, FUNCTIONS, BURST_FUNCTIONS, BURST_NAMES)}
 
 #: columns added to memory.npz by signature schema version, with the value they take in files
 #: of older versions (-1: not counted)
@@ -192,8 +203,9 @@ def check_tables(tables: dict) -> None:
     hold values no reader can use: reuse bins outside 0..COLD_BIN, access other than load/store,
     line sizes that are not powers of two >= 32 bytes, negative or non-finite counts, burst keys
     (rank, seq) that repeat, sampling fractions outside (0, 1], burst_functions rows that repeat a
-    (rank, seq, function) or name a burst the bursts table lacks. Column sets and dtypes are
-    checked by pmac.table on load."""
+    (rank, seq, function) or name a burst the bursts table lacks, burst_names rows that repeat a
+    burst, name one the bursts table lacks or give a share outside (0, 1]. Column sets and dtypes
+    are checked by pmac.table on load."""
     r = tables.get("reuse")
     if r is not None and len(r):
         bins = r["bin"].to_numpy()
@@ -237,3 +249,18 @@ def check_tables(tables: dict) -> None:
             k = bf[stray].iloc[0]
             raise ValueError(f"table 'burst_functions': burst (rank {int(k['rank'])}, seq {int(k['seq'])}) "
                              "is not in table 'bursts'")
+    bn = tables.get("burst_names")
+    if bn is not None and len(bn):
+        dup = bn.duplicated(["rank", "seq"])
+        if dup.any():
+            k = bn[dup].iloc[0]
+            raise ValueError(f"table 'burst_names': burst (rank {int(k['rank'])}, seq {int(k['seq'])}) appears twice")
+        known = pd.MultiIndex.from_frame(b[["rank", "seq"]]) if b is not None else pd.MultiIndex.from_tuples([])
+        stray = ~pd.MultiIndex.from_frame(bn[["rank", "seq"]]).isin(known)
+        if stray.any():
+            k = bn[stray].iloc[0]
+            raise ValueError(f"table 'burst_names': burst (rank {int(k['rank'])}, seq {int(k['seq'])}) "
+                             "is not in table 'bursts'")
+        sh = bn["share"].to_numpy()
+        if not ((sh > 0) & (sh <= 1)).all():
+            raise ValueError("table 'burst_names': share outside (0, 1]")

@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from .errors import InputError, TruncatedError
-from .memsig import (BURST_FUNCTION_MIN_INSTRUCTIONS, BURST_FUNCTION_MIN_SHARE, BURST_FUNCTIONS, BURSTS, FUNCTIONS,
-                     LINE_SIZES_BYTES, OTHER_FUNCTIONS, REUSE, check_tables)
+from .memsig import (BURST_FUNCTION_MIN_INSTRUCTIONS, BURST_FUNCTION_MIN_SHARE, BURST_FUNCTIONS, BURST_NAMES, BURSTS,
+                     FUNCTIONS, LINE_SIZES_BYTES, OTHER_FUNCTIONS, REUSE, check_tables)
 from .reuse import HASH_BITS, BurstHistograms
 from .schema import provenance
 from .signature import (HEADER_FILE, MEMORY_FILE, Signature, SignatureHeader, load_signature, make_signature,
@@ -348,11 +348,31 @@ def burst_functions(rank: int, o: ToolOutput, min_share: float = BURST_FUNCTION_
         "function": df["function"].to_numpy(), **d}))
 
 
+def burst_names(rank: int, o: ToolOutput) -> pd.DataFrame:
+    """The ``burst_names`` rows of one rank (pmac.memsig.BURST_NAMES): per burst the function with
+    the largest weight (instructions plus bytes in 8-byte words, as :func:`burst_functions`
+    weighs them; the first in the tool's order on a tie) and its share of the burst's weight."""
+    if not len(o.burst_fn):
+        return BURST_NAMES.empty()
+    c = o.burst_fn_counts.astype(np.float64)
+    df = pd.DataFrame({"burst": o.burst_fn[:, 0], "function": o.function[o.burst_fn[:, 1]],
+                       "weight": c[:, COUNTERS.index("instructions")]
+                       + (c[:, COUNTERS.index("load_bytes")] + c[:, COUNTERS.index("store_bytes")]) / 8.0})
+    df = df.groupby(["burst", "function"], as_index=False, sort=False)["weight"].sum()  # jit blocks
+    total = df.groupby("burst")["weight"].transform("sum")
+    df = df[total > 0].assign(share=df["weight"] / total)
+    top = df.loc[df.groupby("burst", sort=True)["weight"].idxmax()]
+    return BURST_NAMES.coerce(pd.DataFrame({
+        "rank": np.full(len(top), rank, np.int32), "seq": o.burst_seq[top["burst"].to_numpy()],
+        "function": top["function"].to_numpy(), "share": np.minimum(top["share"].to_numpy(), 1.0)}))
+
+
 def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...] = LINE_SIZES_BYTES) -> dict[str, pd.DataFrame]:
-    """The pmac.memsig tables (bursts, reuse, functions, burst_functions) of the traced ranks."""
-    bursts, reuse, funcs, split = [], [], [], []
+    """The pmac.memsig tables (bursts, reuse, functions, burst_functions, burst_names) of the traced ranks."""
+    bursts, reuse, funcs, split, names = [], [], [], [], []
     for rank, o in sorted(outputs.items()):
         split.append(burst_functions(rank, o))
+        names.append(burst_names(rank, o))
         n = len(o.burst_seq)
         d = _derived(o.bursts)
         bursts.append(pd.DataFrame({"rank": np.full(n, rank, np.int32), "seq": o.burst_seq, **d,
@@ -390,7 +410,7 @@ def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...]
                          .sort_values("instructions", ascending=False, kind="stable"))
     cat = (lambda parts, spec: spec.coerce(pd.concat(parts, ignore_index=True)) if parts else spec.empty())
     tables = {"bursts": cat(bursts, BURSTS), "reuse": cat(reuse, REUSE), "functions": cat(funcs, FUNCTIONS),
-              "burst_functions": cat(split, BURST_FUNCTIONS)}
+              "burst_functions": cat(split, BURST_FUNCTIONS), "burst_names": cat(names, BURST_NAMES)}
     check_tables(tables)
     return tables
 
@@ -630,7 +650,10 @@ def trace_memory(argv: list[str], out: Path, *, ranks: tuple[int, ...] | None = 
         outputs = {r: run.output(r) for r in sorted(run.files)}
         tables = memory_tables(outputs)
         progress(0.95, "saving")
-        info = {"memory_command": shlex.join(argv), "memory_ranks": sorted(outputs), "memory_wall_s": float(wall),
+        made = provenance()
+        info = {"memory_command": shlex.join(argv), "memory_created_utc": made["created_utc"],
+                "memory_host": made["host"], "memory_cpu_model": made["cpu_model"],
+                "memory_ranks": sorted(outputs), "memory_wall_s": float(wall),
                 "memory_streamed_ranks": sorted(run.streams),
                 "memory_analysis_cpu_s": {int(r): round(float(st.cpu_s), 3) for r, st in sorted(run.streams.items())},
                 "memory_exit_code": int(rc), "memory_sample_rate": float(sample_rate),

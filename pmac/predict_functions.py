@@ -14,12 +14,13 @@ burst the replay uses (a rank without a memory trace counts the bursts it borrow
   weighted by its share of them (exact for a function that has its bursts to itself). Meaningful
   on a profile of the machine the signature was traced on, as ``--calls``.
 
-The bursts the tracer left whole are one row, ``(unsplit bursts)``: a burst that ran one function
-(98 % or more of it: pmac.memsig.BURST_FUNCTION_MIN_SHARE) or fewer than
-pmac.memsig.BURST_FUNCTION_MIN_INSTRUCTIONS instructions, whose function the signature does not
-name, and every burst of a signature traced before version 4. Below 2 % of a burst, a function
-is in its ``(other)`` row. A C program whose timed loop is one function shows mostly the first; a
-Python program, whose interpreter runs many small functions, mostly the second.
+A burst the tracer left whole (it ran one function, 98 % or more of it:
+pmac.memsig.BURST_FUNCTION_MIN_SHARE, or fewer than pmac.memsig.BURST_FUNCTION_MIN_INSTRUCTIONS
+instructions) counts for the function that ran most of it (pmac.memsig.BURST_NAMES, signatures
+of version 8 on); in an older signature, which does not name it, it is in one ``(unsplit
+bursts)`` row, as is every burst of a signature traced before version 4. Below 2 % of a split
+burst, a function is in its ``(other)`` row: a Python program, whose interpreter runs many small
+functions, has a large one.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
     bytes_b = (b_tab["load_bytes"] + b_tab["store_bytes"]).to_numpy(np.float64)
     flop_b = b_tab["flop"].to_numpy(np.float64)
     all_b = np.concatenate([row_b, alone])
-    names = np.concatenate([row_f, np.full(len(alone), UNSPLIT, object)])
+    names = np.concatenate([row_f, _lone_names(mem, ba, alone)])
     w = uses[all_b]
     objects = _objects(mem)
     out = []
@@ -110,6 +111,20 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
         g["bursts"] = g["bursts"].round().astype(np.int64)
         out.append(g)
     return pd.concat(out, ignore_index=True)[list(FUNCTION_COLUMNS)]
+
+
+def _lone_names(mem: dict, ba, alone: np.ndarray) -> np.ndarray:
+    """The function of each burst in ``alone`` (bursts without rows) from the signature's
+    ``burst_names`` (version 8), UNSPLIT where it has none."""
+    out = np.full(len(alone), UNSPLIT, object)
+    bn = mem.get("burst_names")
+    if bn is None or len(bn) == 0 or len(alone) == 0:
+        return out
+    at = pd.MultiIndex.from_arrays([bn["rank"].to_numpy(np.int64), bn["seq"].to_numpy(np.int64)]).get_indexer(
+        pd.MultiIndex.from_arrays([ba.rank[alone].astype(np.int64), ba.seq[alone].astype(np.int64)]))
+    named = at >= 0
+    out[named] = bn["function"].to_numpy(object)[at[named]]
+    return out
 
 
 def _objects(mem: dict) -> dict[str, str]:

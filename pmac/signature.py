@@ -25,8 +25,8 @@ from .trace import EVENT_TABLES, world_comm_table
 
 KIND = "pmac.signature"
 #: current schema version (memory.npz columns by version: pmac.memsig.ADDED_COLUMNS; version 4
-#: adds the table burst_functions)
-SCHEMA_VERSION = 7
+#: adds the table burst_functions, version 8 burst_names)
+SCHEMA_VERSION = 8
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: header + events.npz (+ memory.npz)",
                         2: "memory.npz: bursts and functions gain fp_divsqrt (divide and square-root "
                            "operations); version-1 signatures load with -1 there (not counted)",
@@ -42,9 +42,12 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: header + events.npz (+ m
                         7: "memory.npz: bursts, functions and burst_functions gain fp_recurrence_mul (the "
                            "multiplies, FMAs, divides and square roots among fp_recurrence, priced at the "
                            "profile's multiply-add chain); older signatures load with -1 (not counted: "
-                           "every chain operation at one price)"},
+                           "every chain operation at one price)",
+                        8: "memory.npz gains table burst_names (the function that ran most of each burst); "
+                           "older signatures have none and pmac predict --functions shows their bursts that "
+                           "ran one function as '(unsplit bursts)'"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
-                          5: lambda body: body, 6: lambda body: body})
+                          5: lambda body: body, 6: lambda body: body, 7: lambda body: body})
 
 HEADER_FILE = "signature.yaml"
 EVENTS_FILE = "events.npz"

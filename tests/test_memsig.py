@@ -47,3 +47,21 @@ def test_tables_with_unusable_values_are_refused(table, column, value, message):
     bad[table].loc[1, column] = value
     with pytest.raises(ValueError, match=message):
         check_tables(bad)
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("seq", 0, r"table 'burst_names': burst \(rank 0, seq 0\) appears twice"),
+    ("seq", 7, r"table 'burst_names': burst \(rank 0, seq 7\) is not in table 'bursts'"),
+    ("share", 0.0, r"table 'burst_names': share outside \(0, 1\]"),
+    ("share", 1.5, r"table 'burst_names': share outside \(0, 1\]"),
+])
+def test_burst_names_with_unusable_values_are_refused(column, value, message):
+    from pmac.memsig import BURST_NAMES
+
+    good = _tables() | {"burst_names": BURST_NAMES.coerce(pd.DataFrame(
+        {"rank": [0, 0], "seq": [0, 1], "function": ["main", "triad"], "share": [1.0, 0.6]}))}
+    check_tables(good)
+    bad = {k: v.copy() for k, v in good.items()}
+    bad["burst_names"].loc[1, column] = value
+    with pytest.raises(ValueError, match=message):
+        check_tables(bad)

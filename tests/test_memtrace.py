@@ -185,6 +185,9 @@ def test_streamed_histograms_equal_the_file_ones(kernels, tmp_path):
     assert r[(r["seq"] == 1) & (r["line_bytes"] == 64) & (r["access"] == 0)]["count"].sum() == \
         sig.memory["bursts"].set_index("seq").loc[1, "loads"]
     assert sig.header.provenance["memory"]["memory_streamed_ranks"] == [0]
+    from pmac.schema import cpu_model
+
+    assert sig.header.provenance["memory"]["memory_cpu_model"] == cpu_model()   # where the memory was traced
     assert 0 < sig.header.provenance["memory"]["memory_analysis_cpu_s"][0] < 60
 
 
@@ -561,7 +564,7 @@ def test_counters_per_burst_and_function(tmp_path, cache):
     """A burst that runs a sweep and then a dependent chain has a row per function in
     burst_functions (their counters exact, the rows summing to the burst); a burst that runs
     one kernel has none, nor one under 10,000 instructions; code below 2 % of a burst is one
-    '(other)' row."""
+    '(other)' row. burst_names names every burst's main function, split or not."""
     from pmac.memsig import OTHER_FUNCTIONS
 
     source = (
@@ -596,6 +599,15 @@ def test_counters_per_burst_and_function(tmp_path, cache):
     assert (bf["seq"] == 2).sum() == 0           # chain alone (and a few instructions of main)
     assert (bf["seq"] == 0).sum() >= 2           # start-up: the loader, libc, main
     assert b.loc[3, "instructions"] < 10_000 and (bf["seq"] == 3).sum() == 0   # exit: too small to split
+    # burst_names: the function with the largest instructions + bytes / 8 and its share of the burst
+    names = sig.memory["burst_names"].set_index("seq")
+    assert sorted(names.index) == [0, 1, 2, 3]
+    weight = one["instructions"] + (one["load_bytes"] + one["store_bytes"]) / 8
+    assert names.loc[1, "function"] == weight.idxmax()
+    assert names.loc[1, "share"] == pytest.approx(weight.max() / weight.sum(), rel=1e-12)
+    assert names.loc[2, "function"] == "chain" and names.loc[2, "share"] >= 0.98
+    w2 = b.loc[2, "instructions"] + (b.loc[2, "load_bytes"] + b.loc[2, "store_bytes"]) / 8
+    assert names.loc[2, "share"] * w2 >= 4 * n    # chain's loop: 4 or more instructions an element
 
 
 def test_instruction_fetches_and_their_reuse(kernels, tmp_path):

@@ -216,6 +216,33 @@ def test_function_times_by_hand():
         function_times(pingpong_signature(), [prof])
 
 
+def test_function_times_names_lone_bursts():
+    """A signature with burst_names (version 8): a burst without function rows counts for the
+    function that ran most of it; the split burst keeps its rows; bursts it does not name (here
+    rank 1's) stay '(unsplit bursts)'. The times are the same bursts' convolved times."""
+    from pmac.memsig import BURST_NAMES
+    from pmac.predict_functions import UNSPLIT, function_times
+
+    mem = _split_pingpong()
+    b = mem["bursts"]
+    r0 = b[b["rank"] == 0]
+    mem["burst_names"] = BURST_NAMES.coerce(pd.DataFrame({
+        "rank": r0["rank"], "seq": r0["seq"], "function": np.where(r0["seq"] == 3, "f", "kernel"), "share": 1.0}))
+    sig = pingpong_signature(memory=mem)
+    prof = two_level_profile(beta=0.25)
+    ft = function_times(sig, [prof]).set_index("function")
+    assert set(ft.index) == {UNSPLIT, "kernel", "f", "g"}
+    ba = burst_arrays(mem)
+    whole = convolve(ba, [machine_coeffs(prof, active_cores=2)])
+    kern = (ba.rank == 0) & (ba.seq != 3)
+    assert ft.loc["kernel", "bursts"] == kern.sum() and ft.loc[UNSPLIT, "bursts"] == (ba.rank == 1).sum()
+    assert ft.loc["kernel", "time_s"] == pytest.approx(whole.time_s[0, kern].sum(), rel=1e-12)
+    assert ft.loc[UNSPLIT, "time_s"] == pytest.approx(whole.time_s[0, ba.rank == 1].sum(), rel=1e-12)
+    before = function_times(pingpong_signature(memory=_split_pingpong()), [prof]).set_index("function")
+    for f in ("f", "g"):   # the split burst is priced by its rows, whatever burst_names says
+        assert ft.loc[f, "time_s"] == pytest.approx(before.loc[f, "time_s"], rel=1e-12)
+
+
 def test_cli_functions(files, capsys):
     """pmac predict --functions in text, CSV and JSON; refused where the bursts are the traced ones."""
     import io

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pmac.convolve import burst_arrays
@@ -13,7 +14,7 @@ from pmac.errors import SchemaVersionError
 from pmac.memsig import BURSTS, FUNCTIONS, memory_tables_of_version
 from pmac.signature import SCHEMA_VERSION, load_signature, save_signature
 from pmac.table import save_tables
-from synth import memory_tables, pingpong_signature
+from synth import memory_tables, pingpong_signature, two_level_profile
 
 import dataclasses
 
@@ -177,3 +178,29 @@ def test_version_6_memory_has_no_chain_split():
     assert up["bursts"]["fp_recurrence_mul"].tolist() == [-1]
     assert burst_arrays(up, line_sizes=(64,)).recurrence_mul is None
     assert burst_arrays(new, line_sizes=(64,)).recurrence_mul.tolist() == [2.0]
+
+
+def test_version_7_signature_has_no_burst_names_and_version_8_keeps_them(tmp_path):
+    """Version 8 adds memory.npz's burst_names: saved and loaded, the table comes back as it was;
+    a version-7 file (without it) loads, and pmac predict --functions shows its lone bursts as
+    '(unsplit bursts)'."""
+    from pmac.memsig import BURST_NAMES
+    from pmac.predict_functions import UNSPLIT, function_times
+
+    mem = memory_tables([dict(rank=0, seq=1, loads=10, load_bytes=80, fp_scalar=5, flop=5.0)],
+                        [dict(rank=0, seq=1, access=0, counts={0: 10})])
+    mem["burst_names"] = BURST_NAMES.coerce(pd.DataFrame({"rank": [0], "seq": [1], "function": ["triad"],
+                                                          "share": [0.75]}))
+    sig = dataclasses.replace(pingpong_signature(n_iter=1), memory=mem)
+    save_signature(sig, tmp_path / "v8")
+    back = load_signature(tmp_path / "v8")
+    pd.testing.assert_frame_equal(back.memory["burst_names"], mem["burst_names"])
+    assert list(function_times(back, [two_level_profile()])["function"]) == ["triad"]
+    v7 = memory_tables_of_version(7)
+    save_tables(tmp_path / "v8" / "memory.npz", {k: v for k, v in sig.memory.items() if k != "burst_names"}, v7,
+                compress=True)
+    y = tmp_path / "v8" / "signature.yaml"
+    y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 7"))
+    old = load_signature(tmp_path / "v8")
+    assert "burst_names" not in old.memory
+    assert list(function_times(old, [two_level_profile()])["function"]) == [UNSPLIT]
