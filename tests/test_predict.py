@@ -398,3 +398,21 @@ def test_measured_collectives_price_calls_from_the_profile_table(tmp_path, capsy
                  "--bursts", "measured", "--no-collective-excess", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["predictions"][0]["summary"][0]
     assert row["total_s"] == pytest.approx(algo.total_s, rel=1e-12)
+
+
+def test_notes_said_once_for_several_machines():
+    """pmac predict's text output: a note that says the same of several machines is printed once,
+    where the first was; one that differs in a single quantity lists it per machine; notes of no
+    machine and notes that differ otherwise stay as they were, in order."""
+    from pmac.cli.predict import group_notes
+
+    notes = ["a: on huge pages, the program 0 % of its L2", "general note", "b: on huge pages, the program 0 % of its L2",
+             "a: evicted: +703 us of comm", "c: on huge pages, the program 0 % of its L2", "b: evicted: +1.51 ms of comm",
+             "c: two values 1 s and 2 s", "a: two values 3 s and 4 s", "zz: not a machine", "a: cache L2 edge",
+             "b: cache L3 edge"]
+    assert group_notes(notes, ["a", "b", "c"]) == [
+        "every machine (3): on huge pages, the program 0 % of its L2", "general note",
+        "evicted: a +703 us, b +1.51 ms of comm", "c: two values 1 s and 2 s", "a: two values 3 s and 4 s",
+        "zz: not a machine", "a: cache L2 edge", "b: cache L3 edge"]
+    assert group_notes(notes[:3], ["a", "b"]) == ["a, b: on huge pages, the program 0 % of its L2", "general note"]
+    assert group_notes(["a: x", "a: x"], ["a"]) == ["a: x"]

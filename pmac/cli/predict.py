@@ -8,6 +8,8 @@ signature, another .yaml file a machine profile.
 
 from __future__ import annotations
 
+import re
+
 import json
 import sys
 from pathlib import Path
@@ -138,9 +140,52 @@ def format_prediction(pred, *, per_rank: bool, critical_path: bool) -> str:
             rr = [[str(r.rank), _t(r.critical_s), f"{100 * r.critical_frac:5.1f}%"]
                   for r in g.itertuples() if r.critical_s > 0]
             out.append(_indent(_fmt_table(rr, ["rank", "on path", "share"])))
-    for n in pred.notes:
+    for n in group_notes(pred.notes, list(pred.summary["machine"])):
         out.append(f"  note: {n}")
     return "\n".join(out)
+
+
+#: a number with its unit as the notes print them (+703 us, 1.51 ms, 12 %, 3e-06 s)
+_QUANTITY = re.compile(r"(?<![\w.])[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?: ?(?:[munpk]?s|[kMG]?B|%)(?![A-Za-z]))?")
+
+
+def group_notes(notes, machines: list[str]) -> list[str]:
+    """``notes`` with the ones that say the same of several machines (``"NAME: text"``) said once,
+    where the first of them was: ``"a, b: text"``, or ``"every machine (N): text"`` when it holds
+    for all N > 2 of ``machines``; notes that differ only in one quantity list it per machine
+    (``"text before: a +1 ms, b +2 ms text after"``). Other notes are kept as they are, in order."""
+    known = set(machines)
+    order: list = []
+    said: dict[str, list[tuple[str, str]]] = {}   # masked text -> [(machine, text)]
+    for n in notes:
+        name, sep, text = n.partition(": ")
+        if not sep or name not in known:
+            order.append(n)
+            continue
+        key = _QUANTITY.sub("\0", text)
+        if key not in said:
+            said[key] = []
+            order.append((key,))
+        said[key].append((name, text))
+    out = []
+    for item in order:
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        key = item[0]
+        rows = list(dict(said[key]).items())   # one per machine, its first
+        texts = {t for _, t in rows}
+        names = [m for m, _ in rows]
+        if len(texts) == 1:
+            head = f"every machine ({len(names)})" if len(names) == len(known) > 2 else ", ".join(names)
+            out.append(f"{head}: {texts.pop()}")
+        elif key.count("\0") == 1:
+            before, after = key.split("\0")
+            values = ", ".join(f"{m} {_QUANTITY.search(t).group(0)}" for m, t in rows)
+            out.append(f"{before}{values}{after}")
+        else:
+            out += [f"{m}: {t}" for m, t in rows]
+    return out
 
 
 def call_tables(sig, pred) -> list[tuple[str, object]]:
