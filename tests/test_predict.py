@@ -416,3 +416,16 @@ def test_notes_said_once_for_several_machines():
         "zz: not a machine", "a: cache L2 edge", "b: cache L3 edge"]
     assert group_notes(notes[:3], ["a", "b"]) == ["a, b: on huge pages, the program 0 % of its L2", "general note"]
     assert group_notes(["a: x", "a: x"], ["a"]) == ["a: x"]
+
+
+def test_skipped_machines_said_once_per_reason():
+    """pmac predict's 'not predicted' list: a machine that lacks the same for several signatures
+    is one line; another reason, or another machine, is a line of its own."""
+    from pmac.cli.predict import skipped_lines
+
+    skipped = [("s1", "m", ["network.intra_node"]), ("s2", "m", ["network.intra_node"]),
+               ("s3", "m", ["network.intra_node"]), ("s1", "k", ["caches", "memory"]),
+               ("s2", "k", ["memory"])]
+    assert skipped_lines(skipped) == ["m for every signature (3): lacks network.intra_node",
+                                      "k for s1: lacks caches, memory", "k for s2: lacks memory"]
+    assert skipped_lines(skipped[:2]) == ["m for s1, s2: lacks network.intra_node"]

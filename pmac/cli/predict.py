@@ -354,8 +354,8 @@ def run(args) -> int:
             print("(!) burst times as measured on the traced machine: not a prediction for other machines")
         if skipped:
             print("not predicted (the machine lacks what the prediction needs):")
-            for s, m, lk in skipped:
-                print(f"  {m} for {s}: lacks {', '.join(lk)}")
+            for line in skipped_lines(skipped):
+                print(f"  {line}")
     if args.timeline:
         plot_timeline(preds, args.timeline)
         if not args.json and not args.csv:
@@ -364,6 +364,22 @@ def run(args) -> int:
         raise InputError("no machine has the sections needed for the given signatures "
                          "(see 'not predicted' above)")
     return 0
+
+
+def skipped_lines(skipped) -> list[str]:
+    """``(signature, machine, lacks)`` triples as lines, a machine that lacks the same for several
+    signatures on one line (``m for a, b: lacks x``; ``m for every signature (N)`` when it is
+    all N > 2 of them), in the order of their first."""
+    sigs = list(dict.fromkeys(s for s, _, _ in skipped))
+    groups: dict[tuple[str, str], list[str]] = {}
+    for s, m, lk in skipped:
+        groups.setdefault((m, ", ".join(lk)), []).append(s)
+    out = []
+    for (m, lacks), names in groups.items():
+        names = list(dict.fromkeys(names))
+        who = f"every signature ({len(names)})" if len(names) == len(sigs) > 2 else ", ".join(names)
+        out.append(f"{m} for {who}: lacks {lacks}")
+    return out
 
 
 def _records(df) -> list[dict]:
