@@ -416,6 +416,8 @@ def test_notes_said_once_for_several_machines():
         "zz: not a machine", "a: cache L2 edge", "b: cache L3 edge"]
     assert group_notes(notes[:3], ["a", "b"]) == ["a, b: on huge pages, the program 0 % of its L2", "general note"]
     assert group_notes(["a: x", "a: x"], ["a"]) == ["a: x"]
+    assert group_notes(["a: edge at 1 s", "b: edge at 2 s", "a: edge at 3 s"], ["a", "b"]) == [
+        "a: edge at 1 s", "b: edge at 2 s", "a: edge at 3 s"]
 
 
 def test_skipped_machines_said_once_per_reason():

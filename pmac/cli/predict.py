@@ -8,9 +8,8 @@ signature, another .yaml file a machine profile.
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -173,10 +172,12 @@ def group_notes(notes, machines: list[str]) -> list[str]:
             out.append(item)
             continue
         key = item[0]
-        rows = list(dict(said[key]).items())   # one per machine, its first
+        rows = list(dict.fromkeys(said[key]))   # a note repeated word for word is said once
         texts = {t for _, t in rows}
         names = [m for m, _ in rows]
-        if len(texts) == 1:
+        if len(set(names)) < len(names):        # a machine with two such notes: each as it was
+            out += [f"{m}: {t}" for m, t in rows]
+        elif len(texts) == 1:
             head = f"every machine ({len(names)})" if len(names) == len(known) > 2 else ", ".join(names)
             out.append(f"{head}: {texts.pop()}")
         elif key.count("\0") == 1:
