@@ -16,7 +16,8 @@ Each application has two input sizes whose per-rank working sets (at 2 ranks) si
 cache levels of the development machine (AMD EPYC Zen 3: 32 KiB L1d, 512 KiB L2 per core,
 32 MiB shared L3; stream_mpi-n2-20000 fills 92 % of L2). On the Xeon VM it moved to on 26 Nov
 (48 KiB L1d, 2 MiB L2 per core, 300 MiB L3 as the guest sees it) they still do, one level apart
-or more, but stream_mpi-n2-2000000 sits in L3 and stencil2d-n2-1024 in L3:
+or more, but stream_mpi-n2-2000000 sits in L3 and stencil2d-n2-1024 in L3. On the AMD EPYC Zen 4
+of 27 Nov (32 KiB L1d, 1 MiB L2 per core, 32 MiB shared L3) each case sits where the table says:
 
 ======================  ==========================  =====================  ====================
 case                    character                   working set per rank   level
