@@ -261,7 +261,7 @@ def test_probe_script_stands_alone():
 def test_bench_call_interplay_measures_lateness():
     """bench/call_interplay part 1: the early rank of an exchange waits for the late one, so their
     call times differ by about the lateness D (32 us here); part 2 prints a row per sweep size;
-    part 3's extra is its three loops' difference."""
+    part 3's extra is its three loops' difference; part 4 a row per wait W, mean - median as printed."""
     import re
     import subprocess
     import sys
@@ -285,6 +285,10 @@ def test_bench_call_interplay_measures_lateness():
     assert set(part3) == {"numba", "mpi4py", "mpi4py COMM_SELF", "extra"}
     assert float(part3["extra"]) == pytest.approx(float(part3["mpi4py"]) - float(part3["numba"])
                                                   - float(part3["mpi4py COMM_SELF"]), abs=0.011)
+    part4 = re.findall(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([+-][\d.]+)$", r.stdout, re.M)
+    assert [int(w) for w, *_ in part4] == [0, 3, 10]
+    for _, med, mean, diff in part4:
+        assert float(diff) == pytest.approx(float(mean) - float(med), abs=0.011) and float(med) > 0
     one = launch_command(1, [sys.executable, str(script)], mpi=find_mpi())
     r1 = subprocess.run(one, capture_output=True, text=True, timeout=120, env=mpi_env())
     assert r1.returncode == 2 and "exactly 2 ranks" in r1.stderr

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -431,3 +432,28 @@ def test_skipped_machines_said_once_per_reason():
     assert skipped_lines(skipped) == ["m for every signature (3): lacks network.intra_node",
                                       "k for s1: lacks caches, memory", "k for s2: lacks memory"]
     assert skipped_lines(skipped[:2]) == ["m for s1, s2: lacks network.intra_node"]
+
+
+def test_bench_burst_check(files, capsys):
+    """bench/burst_check: the measured side is the trace's steady bursts (seq 2..6 of each rank,
+    1 ms each: 10 ms); a trace with every burst doubled doubles measured / convolved; a trace of
+    other calls is refused by name."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "burst_check"
+    main_ = runpy.run_path(str(script), run_name="bench")["main"]
+    sig = pingpong_signature(memory=memory_for_pingpong())
+    save_signature(sig, files / "s")
+    save_signature(dataclasses.replace(sig, events=sig.events.assign(burst_s=2 * sig.events["burst_s"]), memory={}),
+                   files / "t2")
+    ratios = []
+    for tr in ("s", "t2"):
+        assert main_([str(files / "s"), str(files / tr), str(files / "a.yaml")]) == 0
+        out = capsys.readouterr().out
+        line = next(x for x in out.splitlines() if "rank all" in x)
+        assert f"measured {10 * (2 if tr == 't2' else 1):.3f} ms" in line, out
+        ratios.append(float(line.split("measured / convolved ")[1].split()[0]))
+    assert ratios[1] / ratios[0] == pytest.approx(2.0, rel=2e-3)
+    save_signature(pingpong_signature(n_iter=2), files / "other")
+    assert main_([str(files / "s"), str(files / "other"), str(files / "a.yaml")]) == 2
+    assert "its calls (rank, seq, op) differ from those of" in capsys.readouterr().err
