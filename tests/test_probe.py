@@ -580,3 +580,31 @@ def test_rounds_bad_arguments_are_refused_before_probing(probed, tmp_path, monke
         assert main(["probe", *name, *argv]) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_check_compares_this_machine_with_its_profile(probed, capsys, tmp_path):
+    """pmac check on a quick probe of this machine: a row per CPU the process may run on, with
+    positive ratios, and the verdict; refused, by name, for a profile of another host and for one
+    without raw repetitions."""
+    import re
+
+    from pmac.profile import save_profile
+
+    out, prof, _ = probed
+    assert main(["check", str(out / "tiny.yaml"), "--rounds", "1"]) == 0
+    text = capsys.readouterr().out
+    rows = re.findall(r"^\s+(\d+)\s+([\d.]+) \(([\d.]+)-([\d.]+)\)\s+([\d.]+) \(([\d.]+)-([\d.]+)\)$", text, re.M)
+    assert sorted(int(r[0]) for r in rows) == sorted(os.sched_getaffinity(0))
+    assert all(float(x) > 0 for r in rows for x in r[1:])
+    assert re.search(r"^  runs (as probed|faster|slower)", text, re.M), text
+    other = dataclasses.replace(load_profile(out / "tiny.yaml"),
+                                provenance=dict(prof.provenance, host="elsewhere"))
+    save_profile(other, tmp_path / "other.yaml")
+    assert main(["check", str(tmp_path / "other.yaml")]) == 2
+    assert "probed on host 'elsewhere'" in capsys.readouterr().err
+    bare = dataclasses.replace(load_profile(out / "tiny.yaml"), raw_file=None)
+    save_profile(bare, tmp_path / "bare.yaml")
+    assert main(["check", str(tmp_path / "bare.yaml")]) == 2
+    assert "no raw load-bandwidth or flop_scalar repetitions to compare with" in capsys.readouterr().err
+    assert main(["check", str(out / "tiny.yaml"), "--rounds", "0"]) == 2
+    assert "--rounds must be at least 1, not 0" in capsys.readouterr().err

@@ -24,6 +24,7 @@ COMMANDS = {
     "combine": "combine",
     "pool": "pool",
     "export": "export",
+    "check": "check",
 }
 
 

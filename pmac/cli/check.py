@@ -1,0 +1,38 @@
+"""pmac check PROFILE.yaml [--rounds N]: does this machine, now, run as its profile was probed?
+(pmac.state: two of the probe's kernels on every CPU against the profile's raw repetitions)."""
+
+from __future__ import annotations
+
+HELP = "check whether this machine runs now as its profile was probed (a few seconds)"
+
+
+def add_arguments(p):
+    p.add_argument("profile", metavar="PROFILE.yaml", help="a profile probed on this machine, with its raw sidecar")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the check, each on every CPU (default: 3)")
+
+
+def run(args) -> int:
+    from ..errors import InputError
+    from ..profile import load_profile, load_raw, not_this_machine
+    from ..state import measure_state, profile_state, state_ratios, verdict
+
+    if args.rounds < 1:
+        raise InputError(f"--rounds must be at least 1, not {args.rounds}")
+    prof = load_profile(args.profile)
+    why = not_this_machine(prof)
+    if why:
+        raise InputError(f"{why}: the profile does not describe this machine (pmac check compares a profile "
+                         "with the machine it was probed on)", path=args.profile)
+    ref = profile_state(load_raw(prof, args.profile))
+    if ref is None:
+        raise InputError("no raw load-bandwidth or flop_scalar repetitions to compare with (imported or "
+                         "combined profiles have none)", path=args.profile)
+    rounds = [measure_state() for _ in range(args.rounds)]
+    t = state_ratios(rounds, ref)
+    print(f"{prof.name}: this machine now against its profile ({args.profile}; now / probed, median of "
+          f"{args.rounds} round(s) and range)")
+    print(f"  {'cpu':>4s} {'L2 load':>19s} {'scalar flop':>19s}")
+    for r in t.itertuples():
+        print(f"  {r.cpu:4d} {r.l2:6.2f} ({r.l2_lo:.2f}-{r.l2_hi:.2f}) {r.flop:6.2f} ({r.flop_lo:.2f}-{r.flop_hi:.2f})")
+    print(f"  {verdict(t)}")
+    return 0

@@ -1,0 +1,92 @@
+"""Is this machine, now, the machine its profile describes? (``pmac check``)
+
+A profile is measured at one time. A shared host moves between states (another guest on its
+cores, the cores' clock): on pmac's EPYC VM of 27 Nov 2026 the same program ran 1.8x slower for
+minutes at a time (``bench/host_modes``), and an accuracy run whose native runs met the host in
+its fast state was predicted to 4.6 % by its own probes and to 11.2 % (every case slower) by a
+profile probed two hours before in the slow state (README). The check runs two of the probe's own
+kernels on every CPU, a few seconds in all, and compares them with the profile's raw repetitions:
+
+- the unit-stride load bandwidth at :data:`STATE_WS_BYTES` (the probe's point there, inside every
+  L2 pmac has met), one core;
+- the scalar flop rate (the compute probe's ``flop_scalar`` kernel).
+
+Each is the median of its repetitions, on each CPU the process may run on (pinned to each in
+turn: one core of a VM can be slower than another), against the median of all the profile's
+repetitions of the same point (not its best: the profile's fitted values are medians too).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+#: working set of the L2 check: the probe's own point at 256 KiB (inside a 512 KiB L2)
+STATE_WS_BYTES = 262144
+#: the ratios within this of 1 say the machine runs as it was probed
+STATE_TOLERANCE = 0.10
+
+
+def measure_state() -> dict[int, tuple[float, float]]:
+    """One round of the check on every CPU the process may run on: {cpu: (L2 load bandwidth in
+    bytes/s, scalar flop rate in flop/s)}, each the median of its 9 repetitions."""
+    from probes import compute as pc
+    from probes import memory as pm
+
+    p = pm.Params(threshold=0.0, min_reps=9, max_reps=9, window=9)
+    x = np.linspace(0.5, 1.0, 512)
+    cpus = sorted(os.sched_getaffinity(0))
+    out = {}
+    try:
+        for cpu in cpus:
+            os.sched_setaffinity(0, {cpu})
+            bw = float(np.median(pm.measure_point("load_unit", STATE_WS_BYTES, 1, p).bandwidth_bytes_per_s))
+            flops = pc._timeit(lambda n: pc._flop_scalar(x, n, 0.999, 1e-4), 0.005, 9, 9, 0.0,
+                               scale=lambda n, dt: pc.FLOP_PER_ELEMENT * x.size * n / dt)
+            out[cpu] = (bw, float(np.median(flops)))
+    finally:
+        os.sched_setaffinity(0, set(cpus))
+    return out
+
+
+def profile_state(raw: dict) -> tuple[float, float] | None:
+    """The same two medians from a profile's raw repetitions (pmac.profile.load_raw): the load
+    point nearest :data:`STATE_WS_BYTES` (on a log scale) and ``flop_scalar``; None without them."""
+    if "bandwidth" not in raw or "compute" not in raw:
+        return None
+    b = raw["bandwidth"]
+    b = b[(b["access"] == "load_unit") & (b["n_cores"] == 1)]
+    ws = b["working_set_bytes"].to_numpy()
+    fl = raw["compute"]
+    fl = fl[fl["probe"] == "flop_scalar"]["value"]
+    if len(ws) == 0 or len(fl) == 0:
+        return None
+    near = ws[np.argmin(np.abs(np.log(ws / STATE_WS_BYTES)))]
+    return float(b[b["working_set_bytes"] == near]["bandwidth_bytes_per_s"].median()), float(fl.median())
+
+
+def state_ratios(rounds: list[dict[int, tuple[float, float]]], ref: tuple[float, float]) -> pd.DataFrame:
+    """Per CPU, now over the profile (``ref``): the median, lowest and highest over ``rounds``
+    (:func:`measure_state` results) of the L2 load and the scalar flop ratios."""
+    rows = []
+    for cpu in sorted(rounds[0]):
+        l2 = np.array([r[cpu][0] / ref[0] for r in rounds])
+        fl = np.array([r[cpu][1] / ref[1] for r in rounds])
+        rows.append(dict(cpu=cpu, l2=float(np.median(l2)), l2_lo=float(l2.min()), l2_hi=float(l2.max()),
+                         flop=float(np.median(fl)), flop_lo=float(fl.min()), flop_hi=float(fl.max())))
+    return pd.DataFrame(rows)
+
+
+def verdict(ratios: pd.DataFrame, tolerance: float = STATE_TOLERANCE) -> str:
+    """One sentence: whether every CPU's median ratios are within ``tolerance`` of 1."""
+    worst = ratios[["l2", "flop"]].to_numpy()
+    off = np.abs(worst - 1.0).max()
+    if off <= tolerance:
+        return f"runs as probed: every ratio within {tolerance:.0%} of 1"
+    lo, hi = float(worst.min()), float(worst.max())
+    out = worst[np.abs(worst - 1.0) > tolerance]      # the ratios that say something
+    how = ("faster" if (out > 1).all() else "slower" if (out < 1).all() else "faster in part and slower in part")
+    return (f"runs {how} than probed (ratios {lo:.2f}-{hi:.2f}): predictions made with this profile price "
+            "its bursts for another state of the machine; pmac probe measures the present one")

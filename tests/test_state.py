@@ -1,0 +1,38 @@
+"""pmac.state (pmac check): the profile's reference medians, the ratios per CPU and the verdict,
+by hand; the command on a quick probe of this machine and on profiles it must refuse."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pmac.state import STATE_WS_BYTES, profile_state, state_ratios, verdict
+
+
+def test_profile_state_takes_the_nearest_point_and_the_medians():
+    bw = pd.DataFrame({"access": ["load_unit"] * 5 + ["store", "load_unit"],
+                       "n_cores": [1, 1, 1, 1, 1, 1, 2],
+                       "working_set_bytes": [131072, 229376, 229376, 229376, 524288, 262144, 262144],
+                       "bandwidth_bytes_per_s": [9.0, 3.0, 5.0, 4.0, 1.0, 100.0, 100.0]})
+    comp = pd.DataFrame({"probe": ["flop_scalar"] * 4 + ["flop_simd"], "value": [2.0, 8.0, 4.0, 6.0, 99.0]})
+    # 229376 B is nearer 256 KiB than 131072 or 524288 on a log scale; store and 2-core rows ignored
+    assert STATE_WS_BYTES == 262144
+    assert profile_state({"bandwidth": bw, "compute": comp}) == (4.0, 5.0)
+    assert profile_state({"bandwidth": bw}) is None
+    assert profile_state({"bandwidth": bw, "compute": comp[comp["probe"] == "flop_simd"]}) is None
+
+
+def test_ratios_per_cpu_and_verdict_by_hand():
+    rounds = [{0: (2.0, 4.0), 1: (1.8, 2.0)}, {0: (4.0, 2.0), 1: (2.0, 2.0)}, {0: (3.0, 3.0), 1: (2.2, 2.2)}]
+    t = state_ratios(rounds, (2.0, 2.0)).set_index("cpu")
+    assert t.loc[0].to_dict() == pytest.approx(dict(l2=1.5, l2_lo=1.0, l2_hi=2.0, flop=1.5, flop_lo=1.0, flop_hi=2.0))
+    assert t.loc[1].to_dict() == pytest.approx(dict(l2=1.0, l2_lo=0.9, l2_hi=1.1, flop=1.0, flop_lo=1.0, flop_hi=1.1))
+    assert verdict(t) == ("runs faster than probed (ratios 1.00-1.50): predictions made with this profile price "
+                          "its bursts for another state of the machine; pmac probe measures the present one")
+    assert verdict(t.loc[[1]]) == "runs as probed: every ratio within 10% of 1"
+    slow = pd.DataFrame(dict(cpu=[0], l2=[0.55], flop=[0.95]))
+    assert verdict(slow).startswith("runs slower than probed (ratios 0.55-0.95)")
+    assert verdict(pd.DataFrame(dict(cpu=[0, 1], l2=[0.5, 1.3], flop=[1.0, 1.0]))).startswith(
+        "runs faster in part and slower in part than probed (ratios 0.50-1.30)")
+    assert not np.isnan(t.to_numpy()).any()
