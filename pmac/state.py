@@ -3,9 +3,10 @@
 A profile is measured at one time. A shared host moves between states (another guest on its
 cores, the cores' clock): on pmac's EPYC VM of 27 Nov 2026 the same program ran 1.8x slower for
 minutes at a time (``bench/host_modes``), and an accuracy run whose native runs met the host in
-its fast state was predicted to 4.6 % by its own probes and to 11.2 % (every case slower) by a
-profile probed two hours before in the slow state (README). The check runs two of the probe's own
-kernels on every CPU, a few seconds in all, and compares them with the profile's raw repetitions:
+its fast state was predicted to 4.6 % by its own probes and to 11.2 % (every case predicted slower
+than it ran) by a profile probed two hours before in the slow state (README). The check runs two of
+the probe's own kernels on every CPU, a few seconds in all, and compares them with the profile's
+raw repetitions:
 
 - the unit-stride load bandwidth at :data:`STATE_WS_BYTES` (the probe's point there, inside every
   L2 pmac has met), one core;
