@@ -13,8 +13,9 @@ LAYERS = [
     {"signature", "fit", "capacity", "noise", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace",
      "shim", "vgtool", "rawtrace"},
     {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand", "pollution", "phases"},
-    # probe: measures, fits, calibrates (overlap; exchange by replay); pool: fits probes again
-    {"predict", "probe", "pool", "calibrate"},
+    # probe: measures, fits, calibrates (overlap; exchange by replay); pool: fits probes again;
+    # state: the probe's kernels now against a profile's repetitions (pmac check)
+    {"predict", "probe", "pool", "calibrate", "state"},
     {"sweep", "scaling", "cluster", "validate", "emulated"},
     {"report"},
     {"cli", "__main__"},
