@@ -314,6 +314,21 @@ def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+def _function_counts(o: ToolOutput, keep: np.ndarray | None = None) -> pd.DataFrame:
+    """The (burst, function) counters of ``o`` (the rows ``keep`` selects), one row per burst and
+    function name (numba's jit blocks of one function come as several), in the tool's order."""
+    keep = slice(None) if keep is None else keep
+    df = pd.DataFrame(o.burst_fn_counts[keep].astype(np.int64), columns=list(COUNTERS))
+    df["burst"] = o.burst_fn[keep, 0]
+    df["function"] = o.function[o.burst_fn[keep, 1]]
+    return df.groupby(["burst", "function"], as_index=False, sort=False)[list(COUNTERS)].sum()
+
+
+def _weight(d: pd.DataFrame) -> pd.Series:
+    """A function's weight in a burst: its instructions plus its bytes in 8-byte words."""
+    return d["instructions"] + (d["load_bytes"] + d["store_bytes"]) / 8.0
+
+
 def burst_functions(rank: int, o: ToolOutput, min_share: float = BURST_FUNCTION_MIN_SHARE,
                     min_instructions: int = BURST_FUNCTION_MIN_INSTRUCTIONS) -> pd.DataFrame:
     """The ``burst_functions`` rows of one rank (pmac.memsig.BURST_FUNCTIONS).
@@ -325,15 +340,10 @@ def burst_functions(rank: int, o: ToolOutput, min_share: float = BURST_FUNCTION_
     is a burst of fewer than ``min_instructions``."""
     if not len(o.burst_fn):
         return BURST_FUNCTIONS.empty()
-    big = o.bursts[o.burst_fn[:, 0], COUNTERS.index("instructions")] >= min_instructions
-    df = pd.DataFrame(o.burst_fn_counts[big].astype(np.int64), columns=list(COUNTERS))
-    df["burst"] = o.burst_fn[big, 0]
-    df["function"] = o.function[o.burst_fn[big, 1]]
-    df = df.groupby(["burst", "function"], as_index=False, sort=False)[list(COUNTERS)].sum()  # jit blocks
+    df = _function_counts(o, o.bursts[o.burst_fn[:, 0], COUNTERS.index("instructions")] >= min_instructions)
 
     def shares(d):
-        size = pd.DataFrame({"weight": d["instructions"] + (d["load_bytes"] + d["store_bytes"]) / 8.0,
-                             "flop": d["flop"].astype(np.float64)})
+        size = pd.DataFrame({"weight": _weight(d), "flop": d["flop"].astype(np.float64)})
         total = size.groupby(d["burst"].to_numpy()).transform("sum")
         return (size / total.where(total > 0)).fillna(0.0).max(axis=1).to_numpy()
 
@@ -354,11 +364,8 @@ def burst_names(rank: int, o: ToolOutput) -> pd.DataFrame:
     weighs them; the first in the tool's order on a tie) and its share of the burst's weight."""
     if not len(o.burst_fn):
         return BURST_NAMES.empty()
-    c = o.burst_fn_counts.astype(np.float64)
-    df = pd.DataFrame({"burst": o.burst_fn[:, 0], "function": o.function[o.burst_fn[:, 1]],
-                       "weight": c[:, COUNTERS.index("instructions")]
-                       + (c[:, COUNTERS.index("load_bytes")] + c[:, COUNTERS.index("store_bytes")]) / 8.0})
-    df = df.groupby(["burst", "function"], as_index=False, sort=False)["weight"].sum()  # jit blocks
+    df = _function_counts(o)
+    df = df[["burst", "function"]].assign(weight=_weight(df))
     total = df.groupby("burst")["weight"].transform("sum")
     df = df[total > 0].assign(share=df["weight"] / total)
     top = df.loc[df.groupby("burst", sort=True)["weight"].idxmax()]

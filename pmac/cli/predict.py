@@ -178,8 +178,7 @@ def group_notes(notes, machines: list[str]) -> list[str]:
         if len(set(names)) < len(names):        # a machine with two such notes: each as it was
             out += [f"{m}: {t}" for m, t in rows]
         elif len(texts) == 1:
-            head = f"every machine ({len(names)})" if len(names) == len(known) > 2 else ", ".join(names)
-            out.append(f"{head}: {texts.pop()}")
+            out.append(f"{_names_or_every(names, len(known), 'machine')}: {texts.pop()}")
         elif key.count("\0") == 1:
             before, after = key.split("\0")
             values = ", ".join(f"{m} {_QUANTITY.search(t).group(0)}" for m, t in rows)
@@ -378,9 +377,13 @@ def skipped_lines(skipped) -> list[str]:
     out = []
     for (m, lacks), names in groups.items():
         names = list(dict.fromkeys(names))
-        who = f"every signature ({len(names)})" if len(names) == len(sigs) > 2 else ", ".join(names)
-        out.append(f"{m} for {who}: lacks {lacks}")
+        out.append(f"{m} for {_names_or_every(names, len(sigs), 'signature')}: lacks {lacks}")
     return out
+
+
+def _names_or_every(names: list[str], n_all: int, noun: str) -> str:
+    """``"a, b"``, or ``"every NOUN (N)"`` when ``names`` are all N > 2 of them."""
+    return f"every {noun} ({len(names)})" if len(names) == n_all > 2 else ", ".join(names)
 
 
 def _records(df) -> list[dict]:
