@@ -48,20 +48,21 @@ def replayed_exchange_s(link: LinkModel, placement: str, m: int, n: int = LOOP) 
     return (t[1] - t[0]) / n
 
 
-def measured_exchange(pp: pd.DataFrame, placement: str) -> pd.Series:
-    """Seconds per exchange by size (the fit's quantile over repetitions), the interpreter's cost
+def measured_exchange(pp: pd.DataFrame, placement: str, quantile: float = QUANTILE) -> pd.Series:
+    """Seconds per exchange by size (the fit's ``quantile`` over repetitions), the interpreter's cost
     of one call (half a ``pycall``, which times a Send and a Recv) taken off."""
     rows = pp[(pp.placement == placement) & (pp.test == "exchange")]
     if rows.empty:
         return pd.Series(dtype=float)
     corr = pycall_s(pp, placement) / 2.0
-    return (rows.groupby("msg_bytes")["time_s"].quantile(QUANTILE) - corr).sort_index()
+    return (rows.groupby("msg_bytes")["time_s"].quantile(quantile) - corr).sort_index()
 
 
-def exchange_excess_s(link: LinkModel, pp: pd.DataFrame, placement: str) -> tuple[float, pd.DataFrame]:
+def exchange_excess_s(link: LinkModel, pp: pd.DataFrame, placement: str,
+                      quantile: float = QUANTILE) -> tuple[float, pd.DataFrame]:
     """(excess, table of msg_bytes / measured_s / replayed_s) of one placement; (0, empty) when
     the record has no exchange rows (older probes)."""
-    meas = measured_exchange(pp, placement)
+    meas = measured_exchange(pp, placement, quantile)
     if meas.empty:
         return 0.0, pd.DataFrame(columns=["msg_bytes", "measured_s", "replayed_s"])
     rep = [replayed_exchange_s(link, placement, int(m)) for m in meas.index]
@@ -71,8 +72,9 @@ def exchange_excess_s(link: LinkModel, pp: pd.DataFrame, placement: str) -> tupl
     return max(excess, 0.0), table
 
 
-def calibrate_network(network: NetworkModel, pp: pd.DataFrame | None) -> NetworkModel:
-    """``network`` with each measured link's ``exchange_excess_s`` set from the probe rows, then
+def calibrate_network(network: NetworkModel, pp: pd.DataFrame | None, quantile: float = QUANTILE) -> NetworkModel:
+    """``network`` with each measured link's ``exchange_excess_s`` set from the probe rows (each size
+    at ``quantile`` of its repetitions, as the link was fitted), then
     its 2-rank collective rows' ``excess_s`` (pmac.calibrate_collectives: priced on those links)."""
     if pp is not None and not pp.empty and "exchange" in set(pp.test):
         out = {}
@@ -80,7 +82,7 @@ def calibrate_network(network: NetworkModel, pp: pd.DataFrame | None) -> Network
             link = getattr(network, placement)
             if link is None:
                 continue
-            x, _ = exchange_excess_s(link, pp, placement)
+            x, _ = exchange_excess_s(link, pp, placement, quantile)
             out[placement] = dataclasses.replace(link, exchange_excess_s=x)
         network = dataclasses.replace(network, **out)
     return calibrate_collectives(network)

@@ -1,6 +1,8 @@
 """Fit network models from the raw ping-pong, streaming, overhead and collective repetitions.
 
-Each point is the lower quartile of its repetitions (:data:`QUANTILE`). Input: the ``pingpong`` and ``collective`` tables of :data:`pmac.profile.RAW_TABLES` (one row
+Each point is a quantile of its repetitions: the lower quartile (:data:`QUANTILE`) as ``pmac
+probe`` fits a profile, or the quantile of the profile's statistic when pmac.pool refits one
+(``quantile=``: 0.5 for ``median``, as the node's points). Input: the ``pingpong`` and ``collective`` tables of :data:`pmac.profile.RAW_TABLES` (one row
 per repetition, as ``probes/network.py`` writes them). Output: :class:`LinkModel` per
 placement and :class:`CollectiveCost` per (placement, op, bytes, ranks).
 
@@ -180,8 +182,8 @@ def fit_link(msg_bytes, one_way_s, *, send_overhead_s: float = 0.0, recv_overhea
 
 # ---------------------------------------------------------------- from raw tables
 
-def _median_by_size(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    g = df.groupby("msg_bytes")["time_s"].quantile(QUANTILE)
+def _median_by_size(df: pd.DataFrame, quantile: float = QUANTILE) -> tuple[np.ndarray, np.ndarray]:
+    g = df.groupby("msg_bytes")["time_s"].quantile(quantile)
     return g.index.to_numpy(dtype=np.float64), g.to_numpy(dtype=np.float64)
 
 
@@ -221,12 +223,13 @@ def fit_pollution(rows: pd.DataFrame) -> tuple[tuple[float, ...], tuple[float, .
     return tuple(float(x) for x in med.index), tuple(float(x) for x in ex)
 
 
-def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
-    """LinkModel of one placement from the ``pingpong`` raw table, or None if not measured."""
+def fit_placement(pp: pd.DataFrame, placement: str, quantile: float = QUANTILE) -> LinkModel | None:
+    """LinkModel of one placement from the ``pingpong`` raw table, or None if not measured; each
+    size's time (and each overhead) at ``quantile`` of its repetitions."""
     rows = corrected_pingpong(pp, placement)
     if rows.empty:
         return None
-    sizes = rows.groupby("msg_bytes")["time_corrected_s"].quantile(QUANTILE)
+    sizes = rows.groupby("msg_bytes")["time_corrected_s"].quantile(quantile)
     m = sizes.index.to_numpy(dtype=np.float64)
     t = sizes.to_numpy(dtype=np.float64)
     floor = max(float(np.min(t[t > 0])) * 0.05 if np.any(t > 0) else 1e-9, 1e-9)
@@ -240,7 +243,7 @@ def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
             return 0.0
         m0 = d.msg_bytes.min()
         # the overhead probe's calls are timed in Python too when pycall exists: half per call
-        return max(float(d[d.msg_bytes == m0].time_s.quantile(QUANTILE)) - py_s / 2.0, 0.0)
+        return max(float(d[d.msg_bytes == m0].time_s.quantile(quantile)) - py_s / 2.0, 0.0)
 
     o_s = small_median("send_overhead")
     o_r = small_median("recv_overhead")
@@ -254,13 +257,13 @@ def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
     stream_bw = None
     st = sel[sel.test == "stream"]
     if not st.empty:
-        sm, stt = _median_by_size(st)
+        sm, stt = _median_by_size(st, quantile)
         stream_bw = float(np.max(sm / stt))
     model = fit_link(m, t, send_overhead_s=o_s, recv_overhead_s=o_r, streaming_bandwidth_bytes_per_s=stream_bw,
                      rel_noise=relative_noise(rows))
     pb, pe = fit_pollution(sel)
     model = dataclasses.replace(model, pollution_bytes=pb, pollution_excess_s=pe)
-    shaper = fit_shaper(m, t, st, sel[sel.test == "burst"]) if placement == "inter_node" else None
+    shaper = fit_shaper(m, t, st, sel[sel.test == "burst"], quantile) if placement == "inter_node" else None
     if shaper is None:
         return model
     rate, burst, line_bw, header = shaper
@@ -272,13 +275,13 @@ def fit_placement(pp: pd.DataFrame, placement: str) -> LinkModel | None:
 
 
 def fit_shaper(m: np.ndarray, t: np.ndarray, stream: pd.DataFrame,
-               burst: pd.DataFrame) -> tuple[float, float, float, float] | None:
+               burst: pd.DataFrame, quantile: float = QUANTILE) -> tuple[float, float, float, float] | None:
     """(rate, bucket bytes, line bandwidth, header bytes per message) of a token-bucket shaper,
     or None when the link shows none (see the module doc). ``m``, ``t``: the ping-pong curve
     (sorted by size)."""
     if stream.empty or m.size < 4:
         return None
-    sm, stt = _median_by_size(stream)
+    sm, stt = _median_by_size(stream, quantile)
     common = np.isin(m, sm)
     if not common.any():
         return None
@@ -301,7 +304,7 @@ def fit_shaper(m: np.ndarray, t: np.ndarray, stream: pd.DataFrame,
     b += header  # the largest messages took their header tokens too
     line_bw = 1e30  # no size inside the bucket to tell the line's bandwidth: a flat line
     if not burst.empty:
-        bm, bt = _median_by_size(burst)
+        bm, bt = _median_by_size(burst, quantile)
         inside = bm <= 0.8 * b  # the wake-up round trips before each took a few headers' tokens
         if inside.sum() >= 3 and bm[inside].max() >= 1024:
             slope = float(np.polyfit(bm[inside], bt[inside], 1)[0])
@@ -324,9 +327,9 @@ def relative_noise(rows: pd.DataFrame) -> float:
     return float(np.median((1.4826 * mad[ok] / med[ok]) / np.sqrt(n[ok])))
 
 
-def fit_collectives(coll: pd.DataFrame) -> tuple[CollectiveCost, ...]:
-    """Time per (placement, op, bytes, ranks) (lower quartile of the repetitions, see
-    :data:`QUANTILE`), less the one-rank per-call floor; ``spread_frac`` is (max-min)/median.
+def fit_collectives(coll: pd.DataFrame, quantile: float = QUANTILE) -> tuple[CollectiveCost, ...]:
+    """Time per (placement, op, bytes, ranks) (``quantile`` of the repetitions, by default the lower
+    quartile: :data:`QUANTILE`), less the one-rank per-call floor; ``spread_frac`` is (max-min)/median.
 
     Rows with ``n_ranks == 1`` (the op on a one-rank communicator) measure what the call costs
     with no communication (interpreter and library entry); that figure at the smallest size of
@@ -338,23 +341,24 @@ def fit_collectives(coll: pd.DataFrame) -> tuple[CollectiveCost, ...]:
     floors = {}
     for op, d in coll[coll.n_ranks == 1].groupby("op"):
         m0 = d.msg_bytes.min()
-        floors[op] = float(d[d.msg_bytes == m0].time_s.quantile(QUANTILE))
+        floors[op] = float(d[d.msg_bytes == m0].time_s.quantile(quantile))
     for (placement, op, mb, nr), d in coll[coll.n_ranks >= 2].groupby(
             ["placement", "op", "msg_bytes", "n_ranks"], sort=True):
         med = float(d.time_s.median())
         spread = float((d.time_s.max() - d.time_s.min()) / med) if med > 0 else None
-        low = float(d.time_s.quantile(QUANTILE))
+        low = float(d.time_s.quantile(quantile))
         t = max(low - floors.get(op, 0.0), 0.05 * low)
         out.append(CollectiveCost(op=str(op), msg_bytes=int(mb), n_ranks=int(nr), time_s=t,
                                   spread_frac=spread, placement=str(placement)))
     return tuple(out)
 
 
-def fit_network(tables: dict[str, pd.DataFrame], *, mpi_library: str = "") -> NetworkModel:
-    """NetworkModel from the raw ``pingpong`` and ``collective`` tables."""
+def fit_network(tables: dict[str, pd.DataFrame], *, mpi_library: str = "", quantile: float = QUANTILE) -> NetworkModel:
+    """NetworkModel from the raw ``pingpong`` and ``collective`` tables, every point at ``quantile``
+    of its repetitions."""
     pp = tables.get("pingpong")
     links = {}
     for placement in PLACEMENTS:
-        links[placement] = fit_placement(pp, placement) if pp is not None and not pp.empty else None
+        links[placement] = fit_placement(pp, placement, quantile) if pp is not None and not pp.empty else None
     return NetworkModel(intra_node=links["intra_node"], inter_node=links["inter_node"],
-                        collectives=fit_collectives(tables.get("collective")), mpi_library=mpi_library)
+                        collectives=fit_collectives(tables.get("collective"), quantile), mpi_library=mpi_library)

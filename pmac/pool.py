@@ -13,7 +13,8 @@ the median of its fastest few repetitions (the probe's stop rule, ``best``). Two
   and the median of the slowest of n independent cores is each core's 0.5 ** (1 / n) quantile
   (0.71 for two ranks). Node (bandwidth and latency curves, cache levels and plateaus,
   compute rates, instruction-fetch model), overlap model (its probe points at the same statistic)
-  and network (links and collectives; the network fit already takes medians of all repetitions).
+  and network (links, overheads and collectives: at the lower quartile for ``best``, pmac probe's
+  own rule there, and at the statistic's quantile otherwise, :func:`network_quantile_of`).
   An overlap model calibrated on applications' bursts too (bench/calibrate_overlap) is kept: the
   sidecar holds only the probe's points.
   The cache list comes from the profile's provenance (``os_caches``, what the OS said at probe
@@ -136,12 +137,25 @@ def refit(profile: MachineProfile, raw: dict[str, pd.DataFrame], *, statistic: s
     # the statistic the rates are at, for whatever reads the raw repetitions beside them
     # (pmac.overlap.samples_from_probe)
     out = dataclasses.replace(out, provenance={**(profile.provenance or {}), "statistic": statistic})
-    return _refit_network(out, raw)
+    return refit_network(out, raw, network_quantile_of(statistic))
 
 
-def _refit_network(profile: MachineProfile, raw: dict[str, pd.DataFrame]) -> MachineProfile:
+def network_quantile_of(statistic: str | float) -> float:
+    """The quantile a statistic takes of each network point's repetitions: ``best`` is pmac probe's
+    own rule there, the lower quartile (pmac.fit_network.QUANTILE); ``median`` and a number q, as
+    for the node's points (0.5, q). Until 27 Nov 2026 the network stayed at the lower quartile
+    whatever the statistic: a profile pooled at the median priced its calls faster than its
+    bursts (README)."""
+    from .fit_network import QUANTILE
+
+    q = slow_quantile_of(statistic)
+    return QUANTILE if q is None else q
+
+
+def refit_network(profile: MachineProfile, raw: dict[str, pd.DataFrame], quantile: float) -> MachineProfile:
     """The main network and its thread-level variants fitted again from their raw tables (as
-    pmac probe fits them: pmac.probe_network.model_from_record); those without tables kept."""
+    pmac probe fits them: pmac.probe_network.model_from_record, at ``quantile`` of each point's
+    repetitions); those without tables kept."""
     from .probe_network import model_from_record
 
     def again(net, suffix: str):
@@ -152,7 +166,7 @@ def _refit_network(profile: MachineProfile, raw: dict[str, pd.DataFrame]) -> Mac
         if raw.get("collective" + suffix) is not None:
             tables["collective"] = raw["collective" + suffix]
         new = model_from_record(tables, {"mpi_library": net.mpi_library, "thread_level": net.thread_level,
-                                         "bcast_root": net.bcast_root})
+                                         "bcast_root": net.bcast_root}, quantile)
         return dataclasses.replace(new, topology=net.topology)
 
     variants = tuple(again(v, f"_{v.thread_level}") for v in profile.network_variants)

@@ -29,7 +29,7 @@ import pandas as pd
 
 from .calibrate_exchange import calibrate_network
 from .errors import ProbeError, ToolMissingError
-from .fit_network import fit_network
+from .fit_network import QUANTILE, fit_network
 from .mpi import THREAD_CLASSES, find_mpi, launch_command, mpi_env, stop_job
 from .profile import RAW_TABLES, NetworkModel
 from .table import load_tables
@@ -75,14 +75,16 @@ def read_record(path: str | Path) -> tuple[dict[str, pd.DataFrame], dict]:
     return tables, meta
 
 
-def model_from_record(tables: dict[str, pd.DataFrame], meta: dict) -> NetworkModel:
+def model_from_record(tables: dict[str, pd.DataFrame], meta: dict, quantile: float = QUANTILE) -> NetworkModel:
+    """The network model of a probe record, every point at ``quantile`` of its repetitions (pmac
+    probe: the lower quartile, pmac.fit_network.QUANTILE; pmac.pool: the quantile of its statistic)."""
     if tables["pingpong"].empty:
         raise ProbeError("the network probe measured no pair of ranks")
-    network = fit_network(tables, mpi_library=str(meta.get("mpi_library", "")))
+    network = fit_network(tables, mpi_library=str(meta.get("mpi_library", "")), quantile=quantile)
     # a record without bcast_root is a probe's before 27 Nov 2026: root 0 every call
     network = dataclasses.replace(network, thread_level=str(meta.get("thread_level", "")),
                                   bcast_root=str(meta.get("bcast_root", "fixed")))
-    return calibrate_network(network, tables["pingpong"])
+    return calibrate_network(network, tables["pingpong"], quantile)
 
 
 def measure_networks(*, quick: bool, workdir: Path, progress: Progress | None = None,

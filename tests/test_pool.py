@@ -152,6 +152,32 @@ def test_refit_at_a_slow_quantile():
     assert [slow_quantile_of(x) for x in ("best", "median", "0.71", 0.25)] == [None, 0.5, 0.71, 0.25]
 
 
+def test_refit_fits_the_network_at_the_statistics_quantile():
+    """The network follows the statistic as the node does (pmac.pool.network_quantile_of): ``best``
+    at pmac probe's lower quartile, ``median`` at 0.5, q at q: a 2-rank 8 B allreduce at that
+    quantile of its repetitions less the one-rank call's at the same quantile (hand-computed here
+    from the sidecar, pmac.fit_network.fit_collectives); the thread-level variant from its own
+    tables alike."""
+    from pmac.pool import network_quantile_of
+
+    assert [network_quantile_of(s) for s in ("best", "median", "0.7")] == [0.25, 0.5, 0.7]
+    prof, raw = _load("epyc-vm")
+    got = {}
+    for stat, q in (("best", 0.25), ("median", 0.5), ("0.75", 0.75)):
+        fitted = refit(prof, raw, statistic=stat)
+        for net, table in ((fitted.network, "collective"), (fitted.network_variants[0], "collective_multiple")):
+            c = raw[table]
+            ar = c[(c.op == "allreduce") & (c.placement == "intra_node")]
+            floor = ar[(ar.n_ranks == 1) & (ar.msg_bytes == ar[ar.n_ranks == 1].msg_bytes.min())].time_s.quantile(q)
+            low = ar[(ar.n_ranks == 2) & (ar.msg_bytes == 8)].time_s.quantile(q)
+            cost = next(x for x in net.collectives if (x.op, x.msg_bytes, x.n_ranks, x.placement) ==
+                        ("allreduce", 8, 2, "intra_node"))
+            assert cost.time_s == pytest.approx(max(low - floor, 0.05 * low), rel=1e-12)
+            got[stat, table] = cost.time_s
+    for table in ("collective", "collective_multiple"):   # (not monotone: the floor moves with q too)
+        assert len({got[s, table] for s in ("best", "median", "0.75")}) == 3
+
+
 def test_describe_names_each_statistic_and_refuses_an_unknown_one():
     """pmac.pool.describe: the words pmac pool and bench/accuracy print for a statistic."""
     from pmac.pool import describe
