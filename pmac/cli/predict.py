@@ -44,6 +44,12 @@ def add_arguments(p):
                    help="cache levels at their nominal sizes (default), or each as a distribution of effective "
                         "capacities read off the profile's load curve (pmac.capacity: for a working set at a "
                         "level's edge; off by default, see there)")
+    p.add_argument("--band", action="store_true",
+                   help="also predict with every probe point of each machine at a fast and a slow quantile of its "
+                        "repetitions (--band-at; pmac.predict_band): how far the machine's own run-to-run spread "
+                        "moves the prediction")
+    p.add_argument("--band-at", default="0.1,0.9", metavar="LO,HI",
+                   help="the band's quantiles (default 0.1,0.9: the 10 %% and the 90 %% of each point's repetitions)")
     p.add_argument("--per-rank", action="store_true", help="also print each rank's split")
     p.add_argument("--critical-path", action="store_true", help="also print the critical path")
     p.add_argument("--calls", action="store_true",
@@ -114,6 +120,21 @@ def _t(seconds: float) -> str:
 
 def _pct(part: float, total: float) -> str:
     return f"{100.0 * part / total:5.1f}%" if total > 0 else "-"
+
+
+def format_band(band, notes) -> str:
+    """The band's lines: per machine its fast and slow end against the prediction."""
+    lo, hi = float(band["fast_quantile"].iloc[0]), float(band["slow_quantile"].iloc[0])
+    parts = []
+    for r in band.itertuples():
+        if r.fast_s != r.fast_s:   # NaN: no band
+            continue
+        parts.append(f"{r.machine} {_t(r.fast_s)} .. {_t(r.slow_s)} "
+                     f"({100 * (r.fast_s / r.total_s - 1):+.1f} % / {100 * (r.slow_s / r.total_s - 1):+.1f} %)")
+    out = [f"  band (every probe point at the {lo:g} and the {hi:g} quantile of its repetitions): "
+           + ("; ".join(parts) if parts else "none")]
+    out += [f"  band note: {n}" for n in group_notes(notes, list(band["machine"]))]
+    return "\n".join(out)
 
 
 def format_prediction(pred, *, per_rank: bool, critical_path: bool) -> str:
@@ -285,12 +306,15 @@ def plot_timeline(preds, path: str) -> None:
 
 def run(args) -> int:
     from ..predict import needed_sections, predict
+    from ..predict_band import parse_band, predict_band
     from ..profile import load_profile
     from ..signature import load_signature
 
     sig_paths, machine_paths = classify(args.paths)
+    band = parse_band(args.band_at) if args.band else None
     profiles = [load_profile(p) for p in machine_paths]
-    preds, skipped, calls, funcs = [], [], [], []
+    path_of = {id(p): path for p, path in zip(profiles, machine_paths)}
+    preds, skipped, calls, funcs, bands = [], [], [], [], []
     for sp in sig_paths:
         sig = load_signature(sp)
         usable = []
@@ -314,6 +338,14 @@ def run(args) -> int:
                 calls.append(call_tables(sig, preds[-1]))
             if args.functions:
                 funcs.append(function_table(sig, usable, args))
+            if band:
+                bands.append(predict_band(sig, usable, [path_of[id(p)] for p in usable], band=band,
+                                          totals=list(preds[-1].summary["total_s"]),
+                                          ranks_per_node=args.ranks_per_node, burst_source=args.bursts,
+                                          contention=args.contention,
+                                          measured_collectives=args.measured_collectives,
+                                          collective_excess=not args.no_collective_excess,
+                                          pollution=not args.no_pollution, noise=args.noise, capacity=args.capacity))
     if args.json:
         doc = {"predictions": [{"signature": p.signature, "summary": _records(p.summary),
                                 "per_rank": _records(p.per_rank), "critical_path": _records(p.critical_path),
@@ -322,6 +354,8 @@ def run(args) -> int:
                              for p, tables in zip(preds, calls) for m, t in tables]} if args.calls else {}),
                **({"functions": [{"signature": p.signature, "rows": _records(t)}
                                  for p, t in zip(preds, funcs)]} if args.functions else {}),
+               **({"band": [{"signature": p.signature, "rows": _records(t), "notes": list(n)}
+                            for p, (t, n) in zip(preds, bands)]} if band else {}),
                "not_predicted": [{"signature": s, "machine": m, "lacking": lk} for s, m, lk in skipped]}
         json.dump(doc, sys.stdout, indent=1)
         print()
@@ -336,6 +370,9 @@ def run(args) -> int:
         else:
             frames = [p.per_rank if args.per_rank else p.critical_path if args.critical_path else p.summary
                       for p in preds]
+            if band and not (args.per_rank or args.critical_path):   # the summary with its band's ends
+                frames = [f.assign(band_fast_s=b["fast_s"].to_numpy(), band_slow_s=b["slow_s"].to_numpy())
+                          for f, (b, _) in zip(frames, bands)]
             names = [p.signature for p in preds]
         if frames:
             df = pd.concat(frames, ignore_index=True)
@@ -345,6 +382,8 @@ def run(args) -> int:
     else:
         for k, p in enumerate(preds):
             print(format_prediction(p, per_rank=args.per_rank, critical_path=args.critical_path))
+            if band:
+                print(format_band(*bands[k]))
             if args.calls:
                 print(format_calls(calls[k]))
             if args.functions:
