@@ -104,10 +104,7 @@ def predict_band(sig: Signature, profiles: Sequence[MachineProfile], paths: Sequ
 
 
 def contains(band_row, measured_s: float) -> bool:
-    """Whether a measured time lies within a band row's ends (either order: a slow end that came
-    out faster than the fast one, possible where the statistic moves the overlap model, still
-    spans the two)."""
+    """Whether a measured time lies within a band row's ``fast_s`` and ``slow_s``, in either order
+    (the ends are not ordered by construction: module doc)."""
     a, b = sorted((float(band_row["fast_s"]), float(band_row["slow_s"])))
     return a <= measured_s <= b
-
-

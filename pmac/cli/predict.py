@@ -313,12 +313,11 @@ def run(args) -> int:
     sig_paths, machine_paths = classify(args.paths)
     band = parse_band(args.band_at) if args.band else None
     profiles = [load_profile(p) for p in machine_paths]
-    path_of = {id(p): path for p, path in zip(profiles, machine_paths)}
     preds, skipped, calls, funcs, bands = [], [], [], [], []
     for sp in sig_paths:
         sig = load_signature(sp)
-        usable = []
-        for prof in profiles:
+        usable, usable_paths = [], []
+        for prof, path in zip(profiles, machine_paths):
             try:
                 lacking = needed_sections(prof, sig, burst_source=args.bursts, ranks_per_node=args.ranks_per_node)
             except PmacError as exc:
@@ -327,6 +326,7 @@ def run(args) -> int:
                 skipped.append((sig.name, prof.name, lacking))
             else:
                 usable.append(prof)
+                usable_paths.append(path)
         if usable:
             preds.append(predict(sig, usable, ranks_per_node=args.ranks_per_node, burst_source=args.bursts,
                                  contention=args.contention, timeline=bool(args.timeline) or args.calls,
@@ -339,7 +339,7 @@ def run(args) -> int:
             if args.functions:
                 funcs.append(function_table(sig, usable, args))
             if band:
-                bands.append(predict_band(sig, usable, [path_of[id(p)] for p in usable], band=band,
+                bands.append(predict_band(sig, usable, usable_paths, band=band,
                                           totals=list(preds[-1].summary["total_s"]),
                                           ranks_per_node=args.ranks_per_node, burst_source=args.bursts,
                                           contention=args.contention,
