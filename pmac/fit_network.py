@@ -182,7 +182,7 @@ def fit_link(msg_bytes, one_way_s, *, send_overhead_s: float = 0.0, recv_overhea
 
 # ---------------------------------------------------------------- from raw tables
 
-def _median_by_size(df: pd.DataFrame, quantile: float = QUANTILE) -> tuple[np.ndarray, np.ndarray]:
+def _quantile_by_size(df: pd.DataFrame, quantile: float = QUANTILE) -> tuple[np.ndarray, np.ndarray]:
     g = df.groupby("msg_bytes")["time_s"].quantile(quantile)
     return g.index.to_numpy(dtype=np.float64), g.to_numpy(dtype=np.float64)
 
@@ -257,7 +257,7 @@ def fit_placement(pp: pd.DataFrame, placement: str, quantile: float = QUANTILE) 
     stream_bw = None
     st = sel[sel.test == "stream"]
     if not st.empty:
-        sm, stt = _median_by_size(st, quantile)
+        sm, stt = _quantile_by_size(st, quantile)
         stream_bw = float(np.max(sm / stt))
     model = fit_link(m, t, send_overhead_s=o_s, recv_overhead_s=o_r, streaming_bandwidth_bytes_per_s=stream_bw,
                      rel_noise=relative_noise(rows))
@@ -281,7 +281,7 @@ def fit_shaper(m: np.ndarray, t: np.ndarray, stream: pd.DataFrame,
     (sorted by size)."""
     if stream.empty or m.size < 4:
         return None
-    sm, stt = _median_by_size(stream, quantile)
+    sm, stt = _quantile_by_size(stream, quantile)
     common = np.isin(m, sm)
     if not common.any():
         return None
@@ -304,7 +304,7 @@ def fit_shaper(m: np.ndarray, t: np.ndarray, stream: pd.DataFrame,
     b += header  # the largest messages took their header tokens too
     line_bw = 1e30  # no size inside the bucket to tell the line's bandwidth: a flat line
     if not burst.empty:
-        bm, bt = _median_by_size(burst, quantile)
+        bm, bt = _quantile_by_size(burst, quantile)
         inside = bm <= 0.8 * b  # the wake-up round trips before each took a few headers' tokens
         if inside.sum() >= 3 and bm[inside].max() >= 1024:
             slope = float(np.polyfit(bm[inside], bt[inside], 1)[0])

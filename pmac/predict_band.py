@@ -78,17 +78,21 @@ def _reason(exc: PmacError, name: str) -> str:
 
 def predict_band(sig: Signature, profiles: Sequence[MachineProfile], paths: Sequence[str | Path], *,
                  band: tuple[float, float] = BAND, totals: Sequence[float] | None = None,
+                 ends: tuple[list, list[str]] | None = None,
                  **predict_kw) -> tuple[pd.DataFrame, tuple[str, ...]]:
     """The band of ``sig``'s prediction on every profile: a table of :data:`BAND_COLUMNS` (one row
     per profile; ``fast_s`` and ``slow_s`` NaN where it has no band) and notes. ``totals``: the
     point predictions (``predict``'s ``total_s``, same order), predicted here when not given;
-    ``predict_kw`` as for :func:`pmac.predict.predict` (its options apply to both ends)."""
+    ``ends``: :func:`band_profiles` of these profiles at ``band``, refitted here when not given (a
+    caller predicting several signatures refits each profile once); ``predict_kw`` as for
+    :func:`pmac.predict.predict` (its options apply to both ends)."""
     lo, hi = band
     if totals is None:
         totals = list(predict(sig, profiles, **predict_kw).summary["total_s"])
     fast = np.full(len(profiles), np.nan)
     slow = np.full(len(profiles), np.nan)
-    pairs, notes = band_profiles(profiles, paths, band)
+    pairs, notes = ends if ends is not None else band_profiles(profiles, paths, band)
+    notes = list(notes)
     have = [i for i, pr in enumerate(pairs) if pr is not None]
     if have:
         kw = {k: v for k, v in predict_kw.items() if k != "timeline"}

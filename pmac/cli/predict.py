@@ -306,18 +306,26 @@ def plot_timeline(preds, path: str) -> None:
 
 def run(args) -> int:
     from ..predict import needed_sections, predict
-    from ..predict_band import parse_band, predict_band
+    from ..predict_band import band_profiles, parse_band, predict_band
     from ..profile import load_profile
     from ..signature import load_signature
 
     sig_paths, machine_paths = classify(args.paths)
     band = parse_band(args.band_at) if args.band else None
     profiles = [load_profile(p) for p in machine_paths]
+    # the band's refitted profiles: once per profile, whichever signatures use it
+    if band:
+        pairs_all, why_all = band_profiles(profiles, machine_paths, band)
+        # band_profiles' notes are those of the profiles without a pair, in order
+        why_of = dict(zip((i for i, pr in enumerate(pairs_all) if pr is None), why_all))
+    options = dict(ranks_per_node=args.ranks_per_node, burst_source=args.bursts, contention=args.contention,
+                   measured_collectives=args.measured_collectives, collective_excess=not args.no_collective_excess,
+                   pollution=not args.no_pollution, noise=args.noise, capacity=args.capacity)
     preds, skipped, calls, funcs, bands = [], [], [], [], []
     for sp in sig_paths:
         sig = load_signature(sp)
-        usable, usable_paths = [], []
-        for prof, path in zip(profiles, machine_paths):
+        usable, used = [], []
+        for i, prof in enumerate(profiles):
             try:
                 lacking = needed_sections(prof, sig, burst_source=args.bursts, ranks_per_node=args.ranks_per_node)
             except PmacError as exc:
@@ -326,26 +334,19 @@ def run(args) -> int:
                 skipped.append((sig.name, prof.name, lacking))
             else:
                 usable.append(prof)
-                usable_paths.append(path)
+                used.append(i)
         if usable:
-            preds.append(predict(sig, usable, ranks_per_node=args.ranks_per_node, burst_source=args.bursts,
-                                 contention=args.contention, timeline=bool(args.timeline) or args.calls,
-                                 measured_collectives=args.measured_collectives,
-                                 collective_excess=not args.no_collective_excess,
-                                 pollution=not args.no_pollution, noise=args.noise,
-                                 capacity=args.capacity))
+            preds.append(predict(sig, usable, timeline=bool(args.timeline) or args.calls, **options))
             if args.calls:
                 calls.append(call_tables(sig, preds[-1]))
             if args.functions:
                 funcs.append(function_table(sig, usable, args))
             if band:
-                bands.append(predict_band(sig, usable, usable_paths, band=band,
-                                          totals=list(preds[-1].summary["total_s"]),
-                                          ranks_per_node=args.ranks_per_node, burst_source=args.bursts,
-                                          contention=args.contention,
-                                          measured_collectives=args.measured_collectives,
-                                          collective_excess=not args.no_collective_excess,
-                                          pollution=not args.no_pollution, noise=args.noise, capacity=args.capacity))
+                pairs = [pairs_all[i] for i in used]
+                why = [why_of[i] for i in used if i in why_of]
+                bands.append(predict_band(sig, usable, [machine_paths[i] for i in used], band=band,
+                                          totals=list(preds[-1].summary["total_s"]), ends=(pairs, why),
+                                          **options))
     if args.json:
         doc = {"predictions": [{"signature": p.signature, "summary": _records(p.summary),
                                 "per_rank": _records(p.per_rank), "critical_path": _records(p.critical_path),
