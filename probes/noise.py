@@ -11,9 +11,14 @@ L1-resident array with four independent multiply-add chains, loads and flop alik
 records when each quantum ended (CLOCK_MONOTONIC in nanoseconds, read inside the compiled loop
 through libc, so no interpreter runs between quanta). A quantum that took longer than the others
 was slowed by something outside the program: another tenant on the core or its sibling, the
-hypervisor, interrupts, frequency. pmac keeps the whole series (table ``noise`` of the profile's sidecar:
-chunk, core, quantum, start_s, dt_ns) and fits from it the machine's noise model
-(pmac.noise.fit), which ``pmac predict --noise K`` replays (pmac.noise.perturb).
+hypervisor, interrupts, frequency. What it does not see well: its chains wait on their own
+results, so a neighbour competing for the core's issue ports (the likeliest reading: another
+guest's thread on the core's SMT sibling) slows it little while it slows scalar loop code in full
+(bench/noise_sensitivity, EPYC VM of 27 Nov 2026: 1.10 against 1.80 for the compute probe's branch
+loop and 1.86 for stream_mpi's C triad in the same episodes). pmac keeps the whole series (table
+``noise`` of the profile's sidecar: chunk, core, quantum, start_s, dt_ns) and fits from it the
+machine's noise model (pmac.noise.fit), which ``pmac predict --noise K`` replays
+(pmac.noise.perturb).
 
 Why the series and not a spread: a rank waits for the slowest partner at every synchronisation,
 so what a run loses is the *maximum* over ranks of each core's slowdown over the time between
