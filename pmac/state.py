@@ -4,17 +4,26 @@ A profile is measured at one time. A shared host moves between states (another g
 cores, the cores' clock): on pmac's EPYC VM of 27 Nov 2026 the same program ran 1.8x slower for
 minutes at a time (``bench/host_modes``), and an accuracy run whose native runs met the host in
 its fast state was predicted to 4.6 % by its own probes and to 11.2 % (every case predicted slower
-than it ran) by a profile probed two hours before in the slow state (README). The check runs two of
+than it ran) by a profile probed two hours before in the slow state (README). The check runs three of
 the probe's own kernels on every CPU, a few seconds in all, and compares them with the profile's
 raw repetitions:
 
 - the unit-stride load bandwidth at :data:`STATE_WS_BYTES` (the probe's point there, inside every
   L2 pmac has met), one core;
-- the scalar flop rate (the compute probe's ``flop_scalar`` kernel).
+- the scalar flop rate (the compute probe's ``flop_scalar`` kernel);
+- the time of a loop's own work: the compute probe's branch kernel with its branch never taken
+  (loads, a compare and branch, an add, one after another: what every loop pays per iteration).
+
+Why the third: the first two see little of what slows ordinary scalar code on a shared host. In
+the host's slow episodes on the EPYC VM (``bench/noise_sensitivity``, 27 Nov 2026) stream_mpi's C
+triad ran 1.86 times its median, the branch loop 1.80, the scalar flop kernel 1.32 and the L2 load
+1.13. A profile probed before that kernel was in the probe has no ``branch`` repetitions; its
+column is then empty and the verdict rests on the other two.
 
 Each is the median of its repetitions, on each CPU the process may run on (pinned to each in
 turn: one core of a VM can be slower than another), against the median of all the profile's
 repetitions of the same point (not its best: the profile's fitted values are medians too).
+Every ratio is a speed, now over probed: above 1 the machine runs faster now.
 """
 
 from __future__ import annotations
@@ -30,14 +39,21 @@ STATE_WS_BYTES = 262144
 STATE_TOLERANCE = 0.10
 
 
-def measure_state() -> dict[int, tuple[float, float]]:
+#: the branch kernel's array, as the compute probe sweeps it (its value: seconds an element)
+BRANCH_ELEMENTS = 1 << 20
+
+
+def measure_state() -> dict[int, tuple[float, float, float]]:
     """One round of the check on every CPU the process may run on: {cpu: (L2 load bandwidth in
-    bytes/s, scalar flop rate in flop/s)}, each the median of its 9 repetitions."""
+    bytes/s, scalar flop rate in flop/s, seconds per element of the never-taken branch loop)},
+    each the median of its 9 repetitions."""
     from probes import compute as pc
     from probes import memory as pm
 
     p = pm.Params(threshold=0.0, min_reps=9, max_reps=9, window=9)
     x = np.linspace(0.5, 1.0, 512)
+    never = np.zeros(BRANCH_ELEMENTS, dtype=np.uint8)
+    sink = np.zeros(1024, dtype=np.int64)
     cpus = sorted(os.sched_getaffinity(0))
     out = {}
     try:
@@ -46,43 +62,56 @@ def measure_state() -> dict[int, tuple[float, float]]:
             bw = float(np.median(pm.measure_point("load_unit", STATE_WS_BYTES, 1, p).bandwidth_bytes_per_s))
             flops = pc._timeit(lambda n: pc._flop_scalar(x, n, 0.999, 1e-4), 0.005, 9, 9, 0.0,
                                scale=lambda n, dt: pc.FLOP_PER_ELEMENT * x.size * n / dt)
-            out[cpu] = (bw, float(np.median(flops)))
+            loop = pc._timeit(lambda n: pc._branchy(never, n, sink), 0.005, 9, 9, 0.0,
+                              scale=lambda n, dt: dt / (n * never.size))
+            out[cpu] = (bw, float(np.median(flops)), float(np.median(loop)))
     finally:
         os.sched_setaffinity(0, set(cpus))
     return out
 
 
-def profile_state(raw: dict) -> tuple[float, float] | None:
-    """The same two medians from a profile's raw repetitions (pmac.profile.load_raw): the load
-    point nearest :data:`STATE_WS_BYTES` (on a log scale) and ``flop_scalar``; None without them."""
+def profile_state(raw: dict) -> tuple[float, float, float | None] | None:
+    """The same medians from a profile's raw repetitions (pmac.profile.load_raw): the load point
+    nearest :data:`STATE_WS_BYTES` (on a log scale), ``flop_scalar``, and the branch kernel at
+    probability 0 (None when the profile has none); None without the first two."""
     if "bandwidth" not in raw or "compute" not in raw:
         return None
     b = raw["bandwidth"]
     b = b[(b["access"] == "load_unit") & (b["n_cores"] == 1)]
     ws = b["working_set_bytes"].to_numpy()
-    fl = raw["compute"]
-    fl = fl[fl["probe"] == "flop_scalar"]["value"]
+    comp = raw["compute"]
+    fl = comp[comp["probe"] == "flop_scalar"]["value"]
     if len(ws) == 0 or len(fl) == 0:
         return None
+    loop = comp[(comp["probe"] == "branch") & (comp["param"] == 0.0)]["value"] if "param" in comp else ()
     near = ws[np.argmin(np.abs(np.log(ws / STATE_WS_BYTES)))]
-    return float(b[b["working_set_bytes"] == near]["bandwidth_bytes_per_s"].median()), float(fl.median())
+    return (float(b[b["working_set_bytes"] == near]["bandwidth_bytes_per_s"].median()), float(fl.median()),
+            float(np.median(loop)) if len(loop) else None)
 
 
-def state_ratios(rounds: list[dict[int, tuple[float, float]]], ref: tuple[float, float]) -> pd.DataFrame:
-    """Per CPU, now over the profile (``ref``): the median, lowest and highest over ``rounds``
-    (:func:`measure_state` results) of the L2 load and the scalar flop ratios."""
+def state_ratios(rounds: list[dict[int, tuple]], ref: tuple) -> pd.DataFrame:
+    """Per CPU, now over the profile (``ref``, :func:`profile_state`), as speeds: the median,
+    lowest and highest over ``rounds`` (:func:`measure_state` results) of the L2 load, the scalar
+    flop and the loop ratios (the loop's: probed seconds over now's; NaN when ``ref`` has none)."""
     rows = []
     for cpu in sorted(rounds[0]):
-        l2 = np.array([r[cpu][0] / ref[0] for r in rounds])
-        fl = np.array([r[cpu][1] / ref[1] for r in rounds])
-        rows.append(dict(cpu=cpu, l2=float(np.median(l2)), l2_lo=float(l2.min()), l2_hi=float(l2.max()),
-                         flop=float(np.median(fl)), flop_lo=float(fl.min()), flop_hi=float(fl.max())))
+        row = dict(cpu=cpu)
+        for k, name in enumerate(("l2", "flop", "loop")):
+            if k >= len(ref) or ref[k] is None or k >= len(rounds[0][cpu]):
+                row.update({name: np.nan, f"{name}_lo": np.nan, f"{name}_hi": np.nan})
+                continue
+            r = np.array([ref[k] / x[cpu][k] if name == "loop" else x[cpu][k] / ref[k] for x in rounds])
+            row.update({name: float(np.median(r)), f"{name}_lo": float(r.min()), f"{name}_hi": float(r.max())})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
 def verdict(ratios: pd.DataFrame, tolerance: float = STATE_TOLERANCE) -> str:
-    """One sentence: whether every CPU's median ratios are within ``tolerance`` of 1."""
-    worst = ratios[["l2", "flop"]].to_numpy()
+    """One sentence: whether every CPU's median ratios are within ``tolerance`` of 1 (a kernel the
+    profile has no repetitions of, NaN, says nothing)."""
+    cols = [c for c in ("l2", "flop", "loop") if c in ratios]
+    worst = ratios[cols].to_numpy(dtype=np.float64)
+    worst = worst[np.isfinite(worst)]
     off = np.abs(worst - 1.0).max()
     if off <= tolerance:
         return f"runs as probed: every ratio within {tolerance:.0%} of 1"

@@ -15,24 +15,38 @@ def test_profile_state_takes_the_nearest_point_and_the_medians():
                        "n_cores": [1, 1, 1, 1, 1, 1, 2],
                        "working_set_bytes": [131072, 229376, 229376, 229376, 524288, 262144, 262144],
                        "bandwidth_bytes_per_s": [9.0, 3.0, 5.0, 4.0, 1.0, 100.0, 100.0]})
-    comp = pd.DataFrame({"probe": ["flop_scalar"] * 4 + ["flop_simd"], "value": [2.0, 8.0, 4.0, 6.0, 99.0]})
-    # 229376 B is nearer 256 KiB than 131072 or 524288 on a log scale; store and 2-core rows ignored
+    comp = pd.DataFrame({"probe": ["flop_scalar"] * 4 + ["flop_simd"] + ["branch"] * 4,
+                         "param": [0.0] * 5 + [0.0, 0.0, 0.0, 0.5],
+                         "value": [2.0, 8.0, 4.0, 6.0, 99.0, 3e-9, 1e-9, 2e-9, 7e-9]})
+    # 229376 B is nearer 256 KiB than 131072 or 524288 on a log scale; store and 2-core rows ignored;
+    # the branch kernel at probability 0 only (its 0.5 row is another point)
     assert STATE_WS_BYTES == 262144
-    assert profile_state({"bandwidth": bw, "compute": comp}) == (4.0, 5.0)
+    assert profile_state({"bandwidth": bw, "compute": comp}) == (4.0, 5.0, 2e-9)
+    assert profile_state({"bandwidth": bw, "compute": comp[comp["probe"] != "branch"]}) == (4.0, 5.0, None)
     assert profile_state({"bandwidth": bw}) is None
     assert profile_state({"bandwidth": bw, "compute": comp[comp["probe"] == "flop_simd"]}) is None
 
 
 def test_ratios_per_cpu_and_verdict_by_hand():
-    rounds = [{0: (2.0, 4.0), 1: (1.8, 2.0)}, {0: (4.0, 2.0), 1: (2.0, 2.0)}, {0: (3.0, 3.0), 1: (2.2, 2.2)}]
-    t = state_ratios(rounds, (2.0, 2.0)).set_index("cpu")
-    assert t.loc[0].to_dict() == pytest.approx(dict(l2=1.5, l2_lo=1.0, l2_hi=2.0, flop=1.5, flop_lo=1.0, flop_hi=2.0))
-    assert t.loc[1].to_dict() == pytest.approx(dict(l2=1.0, l2_lo=0.9, l2_hi=1.1, flop=1.0, flop_lo=1.0, flop_hi=1.1))
-    assert verdict(t) == ("runs faster than probed (ratios 1.00-1.50): predictions made with this profile price "
-                          "its bursts for another state of the machine; pmac probe measures the present one")
+    # the loop's value is seconds an element: its ratio is probed over now (a speed, as the others)
+    rounds = [{0: (2.0, 4.0, 2.0), 1: (1.8, 2.0, 1.0)}, {0: (4.0, 2.0, 4.0), 1: (2.0, 2.0, 1.0)},
+              {0: (3.0, 3.0, 1.0), 1: (2.2, 2.2, 1.0)}]
+    t = state_ratios(rounds, (2.0, 2.0, 1.0)).set_index("cpu")
+    assert t.loc[0].to_dict() == pytest.approx(dict(l2=1.5, l2_lo=1.0, l2_hi=2.0, flop=1.5, flop_lo=1.0, flop_hi=2.0,
+                                                    loop=0.5, loop_lo=0.25, loop_hi=1.0))
+    assert t.loc[1].to_dict() == pytest.approx(dict(l2=1.0, l2_lo=0.9, l2_hi=1.1, flop=1.0, flop_lo=1.0, flop_hi=1.1,
+                                                    loop=1.0, loop_lo=1.0, loop_hi=1.0))
+    assert verdict(t) == ("runs faster in part and slower in part than probed (ratios 0.50-1.50): predictions made "
+                          "with this profile price its bursts for another state of the machine; pmac probe "
+                          "measures the present one")
     assert verdict(t.loc[[1]]) == "runs as probed: every ratio within 10% of 1"
+    assert not np.isnan(t.to_numpy()).any()
+    # a profile without the branch kernel: its column empty, the verdict from the other two
+    t2 = state_ratios(rounds, (2.0, 2.0, None)).set_index("cpu")
+    assert np.isnan(t2["loop"]).all() and t2.loc[0, "l2"] == pytest.approx(1.5)
+    assert verdict(t2) == ("runs faster than probed (ratios 1.00-1.50): predictions made with this profile price "
+                           "its bursts for another state of the machine; pmac probe measures the present one")
     slow = pd.DataFrame(dict(cpu=[0], l2=[0.55], flop=[0.95]))
     assert verdict(slow).startswith("runs slower than probed (ratios 0.55-0.95)")
     assert verdict(pd.DataFrame(dict(cpu=[0, 1], l2=[0.5, 1.3], flop=[1.0, 1.0]))).startswith(
         "runs faster in part and slower in part than probed (ratios 0.50-1.30)")
-    assert not np.isnan(t.to_numpy()).any()

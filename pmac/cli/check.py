@@ -1,5 +1,5 @@
 """pmac check PROFILE.yaml [--rounds N]: does this machine, now, run as its profile was probed?
-(pmac.state: two of the probe's kernels on every CPU against the profile's raw repetitions)."""
+(pmac.state: three of the probe's kernels on every CPU against the profile's raw repetitions)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ HELP = "check whether this machine runs now as its profile was probed (a few sec
 def add_arguments(p):
     p.add_argument("profile", metavar="PROFILE.yaml", help="a profile probed on this machine, with its raw sidecar")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the check, each on every CPU (default: 3)")
+
+
+def _cell(mid: float, lo: float, hi: float) -> str:
+    """``median (lo-hi)`` in 19 columns; ``-`` for a kernel the profile lacks."""
+    return f"{mid:6.2f} ({lo:.2f}-{hi:.2f})" if mid == mid else f"{'-':>19s}"
 
 
 def run(args) -> int:
@@ -31,8 +36,12 @@ def run(args) -> int:
     t = state_ratios(rounds, ref)
     print(f"{prof.name}: this machine now against its profile ({args.profile}; now / probed, median of "
           f"{args.rounds} round(s) and range)")
-    print(f"  {'cpu':>4s} {'L2 load':>19s} {'scalar flop':>19s}")
+    print(f"  {'cpu':>4s} {'L2 load':>19s} {'scalar flop':>19s} {'loop work':>19s}")
     for r in t.itertuples():
-        print(f"  {r.cpu:4d} {r.l2:6.2f} ({r.l2_lo:.2f}-{r.l2_hi:.2f}) {r.flop:6.2f} ({r.flop_lo:.2f}-{r.flop_hi:.2f})")
+        cells = [_cell(getattr(r, k), getattr(r, f"{k}_lo"), getattr(r, f"{k}_hi")) for k in ("l2", "flop", "loop")]
+        print(f"  {r.cpu:4d} " + " ".join(cells))
+    if t["loop"].isna().all():
+        print("  (loop work: the profile has no repetitions of the branch kernel at probability 0; "
+              "probed before pmac probe had it)")
     print(f"  {verdict(t)}")
     return 0
