@@ -120,3 +120,30 @@ def verdict(ratios: pd.DataFrame, tolerance: float = STATE_TOLERANCE) -> str:
     how = ("faster" if (out > 1).all() else "slower" if (out < 1).all() else "faster in part and slower in part")
     return (f"runs {how} than probed (ratios {lo:.2f}-{hi:.2f}): predictions made with this profile price "
             "its bursts for another state of the machine; pmac probe measures the present one")
+
+
+def synchronised_loop_s(rounds: list[dict[int, tuple]]) -> np.ndarray:
+    """Per round of :func:`measure_state`, the loop's seconds per element on the slower of its CPUs:
+    a run synchronised across one rank per CPU goes at its slower core, so that is the loop work
+    such a run met in that round. Rounds without the loop (older checks) are left out."""
+    return np.array([max(v[2] for v in r.values()) for r in rounds if r and all(len(v) > 2 for v in r.values())],
+                    dtype=np.float64)
+
+
+def with_loop_reps(raw: dict, seconds: np.ndarray) -> dict:
+    """``raw`` (pmac.profile.load_raw) with the compute probe's branch kernel at probability 0 (a
+    loop's own work) measured again: its repetitions replaced by ``seconds`` (e.g.
+    :func:`synchronised_loop_s` of the checks taken between a program's runs); the other tables
+    and points as they were. The profile refitted from it (pmac.pool.refit) prices loop work as
+    those checks found it."""
+    from .profile import RAW_TABLES
+
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if seconds.size == 0 or not np.all(np.isfinite(seconds) & (seconds > 0)):
+        raise ValueError("with_loop_reps: needs positive seconds per element")
+    comp = raw["compute"]
+    keep = comp[~((comp["probe"] == "branch") & (comp["param"] == 0.0))]
+    new = pd.DataFrame({"probe": "branch", "param": 0.0, "rep": np.arange(seconds.size), "value": seconds})
+    out = dict(raw)
+    out["compute"] = RAW_TABLES["compute"].coerce(pd.concat([keep, new], ignore_index=True))
+    return out

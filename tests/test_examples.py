@@ -407,3 +407,43 @@ def test_bench_accuracy_interleave_probes_around_every_block_and_pools_them(tmp_
         r = subprocess.run([sys.executable, str(EX.parent / "bench" / "accuracy"), *args], capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
+def test_bench_accuracy_state_loop_prices_loop_work_as_the_checks_found_it(tmp_path):
+    """bench/accuracy --measured FILE --state-loop: FILE.state.json (written by --save beside it)
+    holds the state checks of the runs; per round the slower CPU's never-taken branch loop replaces
+    the profile's repetitions of that kernel. Checks at twice the profile's median loop time on one
+    CPU: the line says so, and stream_mpi-n2-20000 (a scalar triad, much of it loop work) is
+    predicted slower than without; no state file, or --no-state: a one-line refusal."""
+    import json
+
+    import pandas as pd
+
+    from pmac.profile import load_profile, load_raw
+
+    machine = EX.parent / "machines" / "epyc-vm.yaml"
+    comp = load_raw(load_profile(machine), machine)["compute"]
+    m = float(comp[(comp["probe"] == "branch") & (comp["param"] == 0.0)]["value"].median())
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps({"stream_mpi-n2-20000": [0.03, 0.031, 0.029]}))
+    bench = [sys.executable, str(EX.parent / "bench" / "accuracy"), "--measured", str(runs), "--machine",
+             str(machine), "--only", "stream_mpi-n2-20000"]
+    r = subprocess.run(bench + ["--state-loop"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        f"accuracy: --state-loop: no state check with the loop work in {tmp_path / 'runs.state.json'} (none saved, "
+        "or taken before pmac.state had the loop)")
+    (tmp_path / "runs.state.json").write_text(json.dumps(
+        [{"0": [1e11, 1e10, 2 * m], "1": [1e11, 1e10, m]}] * 3))
+    out = {}
+    for flag in ("", "--state-loop"):
+        csv = tmp_path / f"acc{flag}.csv"
+        r = subprocess.run(bench + ["--csv", str(csv)] + ([flag] if flag else []), capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out[flag] = (pd.read_csv(csv).iloc[0]["predicted_s"], r)
+    assert (f"loop work from the state checks (--state-loop): per round the slower CPU's, 3 rounds, median "
+            f"{2 * m * 1e9:.3f} ns an element") in out["--state-loop"][1].stderr
+    assert "loop work 0.50 (0.50-0.50)" in out[""][1].stdout     # the state line: cpu 0 at half the speed
+    assert out["--state-loop"][0] > 1.1 * out[""][0]
+    r = subprocess.run(bench + ["--state-loop", "--no-state"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--state-loop prices loop work from the state checks that --no-state skips" in r.stderr

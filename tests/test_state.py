@@ -50,3 +50,26 @@ def test_ratios_per_cpu_and_verdict_by_hand():
     assert verdict(slow).startswith("runs slower than probed (ratios 0.55-0.95)")
     assert verdict(pd.DataFrame(dict(cpu=[0, 1], l2=[0.5, 1.3], flop=[1.0, 1.0]))).startswith(
         "runs faster in part and slower in part than probed (ratios 0.50-1.30)")
+
+
+def test_synchronised_loop_takes_the_slower_cpu_and_replaces_the_kernels_reps():
+    from pmac.state import synchronised_loop_s, with_loop_reps
+
+    rounds = [{0: (1.0, 1.0, 2e-9), 1: (1.0, 1.0, 3e-9)}, {0: (1.0, 1.0, 5e-9), 1: (1.0, 1.0, 1e-9)},
+              {0: (1.0, 1.0)}]                       # a round of an older check, without the loop: left out
+    assert synchronised_loop_s(rounds) == pytest.approx([3e-9, 5e-9])
+    assert synchronised_loop_s([]).size == 0
+    comp = pd.DataFrame({"probe": ["branch", "branch", "branch", "flop_scalar"], "param": [0.0, 0.0, 0.5, 64.0],
+                         "rep": [0, 1, 0, 0], "value": [1e-9, 1e-9, 7e-9, 5.0]})
+    raw = {"compute": comp, "bandwidth": "kept as it is"}
+    out = with_loop_reps(raw, np.array([3e-9, 5e-9]))
+    c = out["compute"]
+    p0 = c[(c["probe"] == "branch") & (c["param"] == 0.0)]
+    assert sorted(p0["value"]) == pytest.approx([3e-9, 5e-9]) and sorted(p0["rep"]) == [0, 1]
+    assert len(c) == 4 and set(c["probe"]) == {"branch", "flop_scalar"}
+    assert c[c["param"] == 0.5]["value"].tolist() == [7e-9]
+    assert out["bandwidth"] == "kept as it is" and len(raw["compute"]) == 4 and raw["compute"] is comp
+    with pytest.raises(ValueError, match="needs positive seconds"):
+        with_loop_reps(raw, np.array([]))
+    with pytest.raises(ValueError, match="needs positive seconds"):
+        with_loop_reps(raw, np.array([1e-9, np.nan]))
