@@ -17,8 +17,8 @@ raw repetitions:
 Why the third: the first two see little of what slows ordinary scalar code on a shared host. In
 the host's slow episodes on the EPYC VM (``bench/noise_sensitivity``, 27 Nov 2026) stream_mpi's C
 triad ran 1.86 times its median, the branch loop 1.80, the scalar flop kernel 1.32 and the L2 load
-1.13. A profile probed before that kernel was in the probe has no ``branch`` repetitions; its
-column is then empty and the verdict rests on the other two.
+1.13. A profile without repetitions of that kernel leaves its column empty, and the verdict rests
+on the other two.
 
 Each is the median of its repetitions, on each CPU the process may run on (pinned to each in
 turn: one core of a VM can be slower than another), against the median of all the profile's
@@ -41,6 +41,11 @@ STATE_TOLERANCE = 0.10
 
 #: the branch kernel's array, as the compute probe sweeps it (its value: seconds an element)
 BRANCH_ELEMENTS = 1 << 20
+
+
+def _loop_rows(comp: pd.DataFrame) -> pd.Series:
+    """The rows of a raw ``compute`` table that are the loop kernel: ``branch`` at probability 0."""
+    return (comp["probe"] == "branch") & (comp["param"] == 0.0)
 
 
 def measure_state() -> dict[int, tuple[float, float, float]]:
@@ -83,7 +88,7 @@ def profile_state(raw: dict) -> tuple[float, float, float | None] | None:
     fl = comp[comp["probe"] == "flop_scalar"]["value"]
     if len(ws) == 0 or len(fl) == 0:
         return None
-    loop = comp[(comp["probe"] == "branch") & (comp["param"] == 0.0)]["value"] if "param" in comp else ()
+    loop = comp[_loop_rows(comp)]["value"]
     near = ws[np.argmin(np.abs(np.log(ws / STATE_WS_BYTES)))]
     return (float(b[b["working_set_bytes"] == near]["bandwidth_bytes_per_s"].median()), float(fl.median()),
             float(np.median(loop)) if len(loop) else None)
@@ -142,7 +147,7 @@ def with_loop_reps(raw: dict, seconds: np.ndarray) -> dict:
     if seconds.size == 0 or not np.all(np.isfinite(seconds) & (seconds > 0)):
         raise ValueError("with_loop_reps: needs positive seconds per element")
     comp = raw["compute"]
-    keep = comp[~((comp["probe"] == "branch") & (comp["param"] == 0.0))]
+    keep = comp[~_loop_rows(comp)]
     new = pd.DataFrame({"probe": "branch", "param": 0.0, "rep": np.arange(seconds.size), "value": seconds})
     out = dict(raw)
     out["compute"] = RAW_TABLES["compute"].coerce(pd.concat([keep, new], ignore_index=True))

@@ -41,7 +41,6 @@ def run(args) -> int:
         cells = [_cell(getattr(r, k), getattr(r, f"{k}_lo"), getattr(r, f"{k}_hi")) for k in ("l2", "flop", "loop")]
         print(f"  {r.cpu:4d} " + " ".join(cells))
     if t["loop"].isna().all():
-        print("  (loop work: the profile has no repetitions of the branch kernel at probability 0; "
-              "probed before pmac probe had it)")
+        print("  (loop work: the profile has no repetitions of the branch kernel at probability 0)")
     print(f"  {verdict(t)}")
     return 0
