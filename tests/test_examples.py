@@ -361,7 +361,8 @@ def test_bench_accuracy_reports_the_measured_medians_interval(tmp_path):
 def test_bench_accuracy_interleave_probes_around_every_block_and_pools_them(tmp_path):
     """bench/accuracy --interleave: 5 repetitions in 2 blocks (3 + 2) give probe, runs, probe, runs,
     probe; the three probes pooled into DIR/NAME.yaml (every repetition of each, with a sidecar),
-    the runs saved after each block; the first probe returned for the comparison. The probe and
+    the runs and the state checks saved after each block, before the next probe (which may fail); the
+    first probe returned for the comparison. The probe and
     the runs are stand-ins here (a copy of the shipped profile, made-up timings): what is checked
     is the order and the pooling."""
     import json
@@ -374,24 +375,29 @@ def test_bench_accuracy_interleave_probes_around_every_block_and_pools_them(tmp_
     machines = EX.parent / "machines"
     log = []
 
+    saved = tmp_path / "runs.json"
+    on_disk = tmp_path / "runs.state.json"
+
     def probe(out, name):
         out.mkdir(parents=True)
         for suffix in (".yaml", ".raw.npz"):
             shutil.copy(machines / f"xeon-vm{suffix}", out / f"{name}{suffix}")
-        log.append(("probe", out.name))
+        log.append(("probe", out.name, len(json.loads(on_disk.read_text())) if on_disk.exists() else None))
         return out / f"{name}.yaml"
 
     def measure_block(cases, cmd_of, reps, n_ranks, state, label):
         log.append(("runs", reps, label))
+        state += [{0: (1.0, 2.0, float(len(log))), 1: (1.5, 2.5, 3.5)}] * reps
         return {c["name"]: [float(len(log))] * reps for c in cases}
 
     cases = [{"name": "a"}, {"name": "b"}]
-    saved = tmp_path / "runs.json"
-    walls, pooled, first = interleaved(cases, None, 2, None, tmp_path, "xeon-vm", reps=5, rounds=2, save=str(saved),
+    state = []
+    walls, pooled, first = interleaved(cases, None, 2, state, tmp_path, "xeon-vm", reps=5, rounds=2, save=str(saved),
                                        probe=probe, measure_block=measure_block,
                                        before_block=lambda i: log.append(("trace", i)))
-    assert log == [("probe", "round-0"), ("trace", 0), ("runs", 3, " of block 1/2"), ("probe", "round-1"),
-                   ("trace", 1), ("runs", 2, " of block 2/2"), ("probe", "round-2")]
+    assert log == [("probe", "round-0", None), ("trace", 0), ("runs", 3, " of block 1/2"), ("probe", "round-1", 3),
+                   ("trace", 1), ("runs", 2, " of block 2/2"), ("probe", "round-2", 5)]
+    assert json.loads(on_disk.read_text())[3] == {"0": [1.0, 2.0, 6.0], "1": [1.5, 2.5, 3.5]}
     assert walls == {"a": [3.0] * 3 + [6.0] * 2, "b": [3.0] * 3 + [6.0] * 2} and json.loads(saved.read_text()) == walls
     assert pooled == str(tmp_path / "xeon-vm.yaml") and first == str(tmp_path / "round-0" / "xeon-vm.yaml")
     prof = load_profile(pooled)
