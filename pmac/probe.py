@@ -257,7 +257,7 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     from probes import compute as pc
     from probes import memory as pm
 
-    p = memory_params or (pm.Params.quick() if quick else pm.Params())
+    p = (memory_params or (pm.Params.quick() if quick else pm.Params())).resolved()   # max_bytes for this node
     n_cores = pm.n_cores_available()
     warnings: list[str] = []
     if n_cores < 2:

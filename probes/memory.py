@@ -47,10 +47,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from numba import njit, prange, get_num_threads, set_num_threads
@@ -305,10 +307,77 @@ def _permutation_in_slices(idx, n_slices, seed):
 
 # ------------------------------------------------------------------ front end
 
+#: the full probe's largest working set: this many times the last-level cache the probed cores
+#: use (every instance of it together), at least MIN_MAX_BYTES, at most a quarter of the memory
+#: available and MAX_MAX_BYTES. Why 8: the memory plateau is fitted from 4x on (pmac.fit.fit_node),
+#: and a last level that is not LRU still serves part of a sweep of twice its size (on the EPYC VM
+#: of 27 Nov 2026, 32 MiB L3: both cores together 44 GB/s at 64 MiB, 32 at 128 MiB, medians of
+#: machines/epyc-vm.raw.npz); a fixed 128 MiB never reaches memory on nodes with more cache than
+#: that (the Xeon VM of 26 Nov reports 300 MiB of L3).
+LLC_FACTOR = 8
+MIN_MAX_BYTES = 128 * 1024 * 1024
+MAX_MAX_BYTES = 4 * 1024 ** 3
+
+
+def last_level_bytes(cpus=None, root: str = "/sys/devices/system/cpu") -> int | None:
+    """The last-level data cache the CPUs ``cpus`` (default: those this process may run on) use,
+    all its instances together, from sysfs; None where sysfs has no cache information."""
+    cpus = sorted(cpus if cpus is not None else _cpus())
+    best: dict = {}
+    for cpu in cpus:
+        for d in sorted(Path(root, f"cpu{cpu}", "cache").glob("index*")):
+            try:
+                if (d / "type").read_text().strip() == "Instruction":
+                    continue
+                level = int((d / "level").read_text())
+                size = _size_bytes((d / "size").read_text())
+                shared = (d / "shared_cpu_list").read_text().strip()
+            except (OSError, ValueError):
+                continue
+            best.setdefault(level, {})[shared] = size
+    if not best:
+        return None
+    return int(sum(best[max(best)].values()))
+
+
+def _size_bytes(text: str) -> int:
+    """A sysfs cache size ("32K", "32768K", "1M") in bytes (as pmac.fit reads them: the probes
+    import nothing from pmac, so they run on a machine without it)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(t[-1:], 1)
+    return int(t.rstrip("KMG")) * mult
+
+
+def _cpus() -> set:
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:  # pragma: no cover
+        return set(range(os.cpu_count() or 1))
+
+
+def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemAvailable from /proc/meminfo in bytes; None where there is none."""
+    try:
+        for line in Path(meminfo).read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_max_bytes(llc_bytes: int | None, avail_bytes: int | None) -> int:
+    """The full probe's largest working set (see :data:`LLC_FACTOR`), a multiple of 1 MiB."""
+    want = max(MIN_MAX_BYTES, LLC_FACTOR * (llc_bytes or 0))
+    cap = MAX_MAX_BYTES if avail_bytes is None else min(MAX_MAX_BYTES, avail_bytes // 4)
+    return max(min(want, cap), MIN_MAX_BYTES) // 2 ** 20 * 2 ** 20
+
+
 @dataclass
 class Params:
     min_bytes: int = 4 * 1024
-    max_bytes: int = 128 * 1024 * 1024
+    #: None: :func:`default_max_bytes` for this machine (:meth:`resolved`); the quick probe 128 MiB
+    max_bytes: int | None = None
     points_per_doubling: int = 4
     rep_s: float = 0.001  # one core; all cores at once 4x (amortises the thread start)
     threshold: float = 0.02
@@ -324,8 +393,14 @@ class Params:
 
     @classmethod
     def quick(cls) -> "Params":
-        return cls(points_per_doubling=2, window=3, min_reps=3, max_reps=8,
+        return cls(points_per_doubling=2, window=3, min_reps=3, max_reps=8, max_bytes=MIN_MAX_BYTES,
                    point_budget_s=0.25, latency_steps_min=100_000, latency_steps_max=200_000)
+
+    def resolved(self) -> "Params":
+        """These parameters with ``max_bytes`` set (:func:`default_max_bytes` of this machine when None)."""
+        if self.max_bytes is not None:
+            return self
+        return dataclasses.replace(self, max_bytes=default_max_bytes(last_level_bytes(), available_bytes()))
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -359,7 +434,8 @@ def ending_reps(values, window: int, rule: str, *, larger_is_better: bool = True
 
 
 def working_sets(p: Params) -> list[int]:
-    """Working-set sizes: ``points_per_doubling`` per doubling, multiples of 64 B."""
+    """Working-set sizes: ``points_per_doubling`` per doubling, multiples of 1 KiB."""
+    p = p.resolved()
     n = int(round(np.log2(p.max_bytes / p.min_bytes) * p.points_per_doubling))
     sizes = p.min_bytes * 2.0 ** (np.arange(n + 1) / p.points_per_doubling)
     out = sorted({int(round(s / 1024)) * 1024 for s in sizes})
@@ -614,7 +690,8 @@ def tables(bw, lat) -> dict[str, dict[str, np.ndarray]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 points per doubling, fewer repetitions")
-    ap.add_argument("--max-bytes", type=int, help="largest working set (default 128 MiB)")
+    ap.add_argument("--max-bytes", type=int, help="largest working set (default: 8x the last-level cache, "
+                                                  "128 MiB at least; --quick 128 MiB)")
     ap.add_argument("--access", action="append", choices=ACCESS_KINDS, help="access kind(s)")
     ap.add_argument("--cores", type=int, action="append", help="core count(s) (default 1 and all)")
     ap.add_argument("--threshold", type=float, help="relative spread to stop repeating (default 0.02)")
@@ -635,6 +712,7 @@ def main(argv=None) -> int:
         p.threshold = a.threshold
     if a.stop_rule:
         p.stop_rule = a.stop_rule
+    p = p.resolved()
     print(f"# transparent_hugepage={thp_setting()} pages={pages_in_effect(a.pages)} params={p.to_dict()}")
     bw, lat = run(p)
     print("access n_cores working_set_bytes rep bandwidth_bytes_per_s")

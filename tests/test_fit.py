@@ -98,6 +98,41 @@ def test_fit_node_plateaus_per_kind_and_core_count():
     assert any("L2: OS reports 1024 KiB, measured" in n for n in fit.notes)
 
 
+def test_memory_plateau_from_four_times_the_last_level():
+    """A last level that still serves part of a sweep of twice its size (a victim L3, not LRU):
+    both cores read 60 GB/s from 64 MiB up to 4x the shared 32 MiB L3, 24 GB/s from 128 MiB on
+    (the probe's full range reaches 8x). The memory plateau is the tail's, 24 GB/s, not a median
+    over 2x..8x; a curve that stops at 91 MiB falls back to 2x and says so, as the latency does."""
+    sizes = 4 * KiB * 2.0 ** (np.arange(69) / 4)       # 4 KiB .. 256 MiB
+    curves = []
+    for n, (l3, residue, mem) in ((1, (50e9, 45e9, 20e9)), (2, (75e9, 60e9, 24e9))):
+        agg = (n * 32 * KiB, n * MiB, 32 * MiB, 126 * MiB)
+        bw = staircase(sizes, agg, (200e9 * n, 100e9 * n, l3, residue, mem))
+        curves.append(BandwidthCurve(access="load_unit", n_cores=n, working_set_bytes=tuple(sizes),
+                                     bandwidth_bytes_per_s=tuple(bw)))
+    lat = LatencyCurve(working_set_bytes=tuple(sizes),
+                       latency_s=tuple(1 / staircase(sizes, (32 * KiB, MiB, 32 * MiB, 126 * MiB),
+                                                     (1e9, 1 / 4e-9, 1 / 15e-9, 1 / 40e-9, 1 / 90e-9))))
+    fit = fit_node(curves, lat, n_cores=2, os_view=OS_VIEW)
+    assert fit.memory.bandwidth_allcores_bytes_per_s["load_unit"] == pytest.approx(24e9)
+    assert fit.memory.bandwidth_1core_bytes_per_s["load_unit"] == pytest.approx(20e9)
+    assert fit.memory.latency_s == pytest.approx(90e-9)
+    assert not any("memory plateau short" in n for n in fit.notes)
+    keep = sizes <= 96 * MiB
+    short = [BandwidthCurve(access=c.access, n_cores=c.n_cores, working_set_bytes=tuple(sizes[keep]),
+                            bandwidth_bytes_per_s=tuple(np.asarray(c.bandwidth_bytes_per_s)[keep])) for c in curves]
+    lat_short = LatencyCurve(working_set_bytes=tuple(sizes[keep]), latency_s=tuple(np.asarray(lat.latency_s)[keep]))
+    fit = fit_node(short, lat_short, n_cores=2, os_view=OS_VIEW)
+    assert fit.memory.bandwidth_allcores_bytes_per_s["load_unit"] == pytest.approx(60e9)   # the residue: all it has
+    assert fit.memory.latency_s == pytest.approx(40e-9)
+    note = next(n for n in fit.notes if "memory plateau short of 4x the last cache" in n)
+    assert "load_unit 2 core(s) from 2x (91 MiB probed)" in note and "latency from 2x (91 MiB probed)" in note
+    fit = fit_node([BandwidthCurve(access=c.access, n_cores=c.n_cores, working_set_bytes=tuple(sizes[sizes <= 48 * MiB]),
+                                   bandwidth_bytes_per_s=tuple(np.asarray(c.bandwidth_bytes_per_s)[sizes <= 48 * MiB]))
+                    for c in curves], None, n_cores=2, os_view=OS_VIEW)
+    assert "load_unit 1 core(s) from the largest point, 45 MiB (below 2x)" in " ".join(fit.notes)
+
+
 def test_fit_node_without_os_view_uses_measured_levels():
     fit = fit_node(_curves(), None, n_cores=2, os_view=[], os_source="none")
     assert [c.source for c in fit.caches] == ["measured"] * 3

@@ -60,12 +60,25 @@ def test_refit_with_the_probes_statistic_gives_back_the_probed_profile(name):
     median for xeon-vm's four pooled rounds, pmac probe --rounds): node (curves, caches, plateaus,
     compute, fetch, noise) and network (links, collectives, the thread-level variant) exactly as
     they were fitted; the devbox (a Zen 3 this machine is not) from the cache list in its
-    provenance. The shipped overlap models were calibrated on applications too
-    (bench/calibrate_overlap): kept."""
+    provenance (its memory plateau as the present rule fits it). The shipped overlap models were
+    calibrated on applications too (bench/calibrate_overlap): kept."""
     prof, raw = _load(name)
     assert prof.provenance.get("statistic", "best") == {"xeon-vm": "median", "devbox": "best"}[name]
     again = refit(prof, raw, statistic=prof.provenance.get("statistic", "best"))
-    assert again.node == prof.node
+    assert again.node == dataclasses.replace(prof.node, memory=again.node.memory)
+    if name == "xeon-vm":      # 128 MiB probed, below twice its 300 MiB L3: the largest point, as fitted
+        assert again.node.memory == prof.node.memory
+    else:
+        # devbox.yaml (24 Nov) took memory from twice its 32 MiB L3 on (64-128 MiB); pmac.fit takes it
+        # from 4x on since 27 Nov (MEMORY_FROM): its largest point, 128 MiB, each curve's own
+        from pmac.fit import MEMORY_FROM, curves_from_raw
+        assert MEMORY_FROM == 4.0
+        mem = again.node.memory
+        for c in curves_from_raw(raw["bandwidth"], window=5, rule="best"):
+            assert c.working_set_bytes[-1] == pytest.approx(128 * 2**20, rel=1e-6)
+            got = (mem.bandwidth_1core_bytes_per_s if c.n_cores == 1 else mem.bandwidth_allcores_bytes_per_s)[c.access]
+            assert got == c.bandwidth_bytes_per_s[-1]
+        assert mem.bandwidth_allcores_bytes_per_s["load_unit"] < prof.node.memory.bandwidth_allcores_bytes_per_s["load_unit"]
     assert _same(again.network, prof.network) and again.network != dataclasses.replace(prof.network, mpi_library="x")
     assert len(again.network_variants) == 1 and _same(again.network_variants[0], prof.network_variants[0])
     assert any(not k.startswith("probe:") for k in prof.overlap.calibrated_on) and again.overlap == prof.overlap

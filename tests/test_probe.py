@@ -74,10 +74,45 @@ def test_stop_rules():
 
 
 def test_working_sets_have_points_per_doubling():
-    sizes = pm.working_sets(pm.Params())
+    sizes = pm.working_sets(pm.Params(max_bytes=128 * MiB))
     assert sizes[0] == 4 * KiB and sizes[-1] == 128 * MiB
     assert len(sizes) == 15 * 4 + 1
     assert pm.working_sets(pm.Params.quick())[-1] == 128 * MiB
+    # the full probe: out to 8x this machine's last-level cache (128 MiB at least)
+    want = pm.default_max_bytes(pm.last_level_bytes(), pm.available_bytes())
+    assert pm.working_sets(pm.Params())[-1] == want == pm.Params().resolved().max_bytes
+    assert pm.Params.quick().resolved().max_bytes == 128 * MiB
+
+
+def test_largest_working_set_follows_the_last_level_cache(tmp_path):
+    """8x the last level, every instance the probed CPUs use counted once: two CPUs sharing one
+    32 MiB L3 -> 256 MiB; each with its own -> 512 MiB; at least 128 MiB, at most a quarter of the
+    memory available and 4 GiB."""
+    def cache(cpu, idx, level, typ, size, shared):
+        d = tmp_path / f"cpu{cpu}" / "cache" / f"index{idx}"
+        d.mkdir(parents=True)
+        for k, v in dict(level=level, type=typ, size=size, shared_cpu_list=shared).items():
+            (d / k).write_text(f"{v}\n")
+
+    for cpu in (0, 1):
+        cache(cpu, 0, 1, "Data", "32K", str(cpu))
+        cache(cpu, 1, 1, "Instruction", "32K", str(cpu))
+        cache(cpu, 2, 2, "Unified", "1024K", str(cpu))
+        cache(cpu, 3, 3, "Unified", "32768K", "0-1")
+    assert pm.last_level_bytes({0, 1}, root=str(tmp_path)) == 32 * MiB
+    assert pm.default_max_bytes(32 * MiB, 24 * 1024 * MiB) == 256 * MiB
+    (tmp_path / "cpu1" / "cache" / "index3" / "shared_cpu_list").write_text("1\n")
+    assert pm.last_level_bytes({0, 1}, root=str(tmp_path)) == 64 * MiB
+    assert pm.last_level_bytes({0}, root=str(tmp_path)) == 32 * MiB
+    assert pm.default_max_bytes(64 * MiB, None) == 512 * MiB
+    assert pm.default_max_bytes(2 * MiB, 24 * 1024 * MiB) == 128 * MiB            # at least 128 MiB
+    assert pm.default_max_bytes(300 * MiB, 4 * 1024 * MiB) == 1024 * MiB          # a quarter of 4 GiB
+    assert pm.default_max_bytes(1024 * MiB, 64 * 1024 * MiB) == 4 * 1024 * MiB    # at most 4 GiB
+    assert pm.last_level_bytes({0}, root=str(tmp_path / "none")) is None
+    assert pm.default_max_bytes(None, None) == 128 * MiB
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   2000000 kB\n")
+    assert pm.available_bytes(str(meminfo)) == 2000000 * 1024
 
 
 def test_branch_and_dependency_probes_measure_something():
