@@ -41,7 +41,11 @@ of that case at +41, +59 and +311 %: a single probe's edge moves with the host (
 curve fell to half at 32 MiB when the other vCPU was busy, and the model read that as capacity).
 Two variants did worse and were dropped: a store distribution from the store curve (its edge at
 54-91 MiB: pooled 9.35 %, one probe 14.49 %) and the one-core curve's for two active cores
-(12.31 %, 16.69 %). This module never touches files.
+(12.31 %, 16.69 %). On the EPYC VM (27 Nov), once the memory probe went to 8x the L3 and memory
+was fitted from 4x on (pmac.fit.MEMORY_FROM: the next plateau below the last level is then memory's,
+not the L3 residue's), two pooled runs went 6.0 -> 5.4 and 4.0 -> 3.0 % (stream_mpi-n2-2000000, 2.9x
+the L3, +10.8 -> +6.3 and +15.7 -> +7.9 %; README, accuracy section), their single probes 28 -> 29 of
+32 cases within 15 %; on runs probed to 128 MiB only it stayed neutral. This module never touches files.
 """
 
 from __future__ import annotations

@@ -127,8 +127,9 @@ def test_memory_plateau_from_four_times_the_last_level():
     assert fit.memory.latency_s == pytest.approx(40e-9)
     note = next(n for n in fit.notes if "memory plateau short of 4x the last cache" in n)
     assert "load_unit 2 core(s) from 2x (91 MiB probed)" in note and "latency from 2x (91 MiB probed)" in note
-    fit = fit_node([BandwidthCurve(access=c.access, n_cores=c.n_cores, working_set_bytes=tuple(sizes[sizes <= 48 * MiB]),
-                                   bandwidth_bytes_per_s=tuple(np.asarray(c.bandwidth_bytes_per_s)[sizes <= 48 * MiB]))
+    keep = sizes <= 48 * MiB
+    fit = fit_node([BandwidthCurve(access=c.access, n_cores=c.n_cores, working_set_bytes=tuple(sizes[keep]),
+                                   bandwidth_bytes_per_s=tuple(np.asarray(c.bandwidth_bytes_per_s)[keep]))
                     for c in curves], None, n_cores=2, os_view=OS_VIEW)
     assert "load_unit 1 core(s) from the largest point, 45 MiB (below 2x)" in " ".join(fit.notes)
 

@@ -78,7 +78,8 @@ def test_refit_with_the_probes_statistic_gives_back_the_probed_profile(name):
             assert c.working_set_bytes[-1] == pytest.approx(128 * 2**20, rel=1e-6)
             got = (mem.bandwidth_1core_bytes_per_s if c.n_cores == 1 else mem.bandwidth_allcores_bytes_per_s)[c.access]
             assert got == c.bandwidth_bytes_per_s[-1]
-        assert mem.bandwidth_allcores_bytes_per_s["load_unit"] < prof.node.memory.bandwidth_allcores_bytes_per_s["load_unit"]
+        was = prof.node.memory.bandwidth_allcores_bytes_per_s["load_unit"]
+        assert mem.bandwidth_allcores_bytes_per_s["load_unit"] < was
     assert _same(again.network, prof.network) and again.network != dataclasses.replace(prof.network, mpi_library="x")
     assert len(again.network_variants) == 1 and _same(again.network_variants[0], prof.network_variants[0])
     assert any(not k.startswith("probe:") for k in prof.overlap.calibrated_on) and again.overlap == prof.overlap
