@@ -349,6 +349,7 @@ def _size_bytes(text: str) -> int:
 
 
 def _cpus() -> set:
+    """The CPUs this process may run on (all of them where the OS cannot say)."""
     try:
         return os.sched_getaffinity(0)
     except AttributeError:  # pragma: no cover
@@ -638,10 +639,7 @@ def measure_latency_point(ws_bytes: int, p: Params) -> tuple[int, list[float]]:
 
 
 def n_cores_available() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        return os.cpu_count() or 1
+    return len(_cpus())
 
 
 def run(p: Params, progress=None):
