@@ -17,7 +17,11 @@ capacities of ``K`` equally weighted copies of the level; the convolver averages
 fraction over them. For the probe's own sweep this reproduces the measured curve through the
 transition (each copy prices its share at the plateaus); a step at the nominal size reproduces it
 only on the plateaus. A curve that does not cover the level (no plateau of either side, too few
-points) leaves the nominal capacity.
+points) leaves the nominal capacity, and so does one that stops short of ``pmac.fit.MEMORY_FROM``
+(4x) the last level's capacity: memory's plateau is fitted from there on, since a victim L3 still
+serves part of a sweep of twice its size, and a share read against a "memory" plateau that is
+partly the level's residue is wrong by the residue (the Xeon VM's guest, told of 300 MiB of L3 and
+probed to 128 MiB, once put its L3 at 65-107 MB this way while a 92 MiB sweep ran at L3 speed).
 
 Quantiles are returned as ratios to the level's nominal cumulative capacity on the curve's axis
 (the curve's cores together), and the convolver multiplies them by its nominal capacity for the
@@ -44,8 +48,13 @@ Two variants did worse and were dropped: a store distribution from the store cur
 (12.31 %, 16.69 %). On the EPYC VM (27 Nov), once the memory probe went to 8x the L3 and memory
 was fitted from 4x on (pmac.fit.MEMORY_FROM: the next plateau below the last level is then memory's,
 not the L3 residue's), two pooled runs went 6.0 -> 5.4 and 4.0 -> 3.0 % (stream_mpi-n2-2000000, 2.9x
-the L3, +10.8 -> +6.3 and +15.7 -> +7.9 %; README, accuracy section), their single probes 28 -> 29 of
-32 cases within 15 %; on runs probed to 128 MiB only it stayed neutral. This module never touches files.
+the L3, +10.8 -> +6.3 and +15.7 -> +7.9 %; bench/results/README.md), their single probes 28 -> 29 of
+32 cases within 15 %; on runs probed to 128 MiB only it stayed neutral. The Xeon figures above
+were read before the last level needed its curve to reach ``MEMORY_FROM`` times its capacity: its
+guest's 300 MiB L3, probed to 128 MiB, now keeps its nominal size with the curve too. It stays off by
+default: four EPYC runs with the deeper probe moved by -0.6, -1.0, -0.04 and +0.1 points (22:37, a
+run in the host's slow state), one case in all (``bench/results/README.md``). This module never
+touches files.
 """
 
 from __future__ import annotations
@@ -53,6 +62,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+
+from .fit import MEMORY_FROM
 
 #: capacity copies per level
 N_QUANTILES = 8
@@ -153,7 +164,11 @@ def capacity_ratios(node, n_cores: int, n: int = N_QUANTILES, access: str = "loa
         hi = np.sqrt(cum[i] * cum[i + 1]) if i + 1 < len(levels) else np.inf
         b_l, b_n = plateaus[i], plateaus[i + 1]
         q = None
-        if b_l and b_n:
+        # the last level's share is read against memory's plateau: only where the curve reaches
+        # past the level's residue, as the fit takes memory (MEMORY_FROM x its capacity, sizes
+        # within 1 %); a curve stopping short leaves the level its nominal size
+        short = i + 1 == len(levels) and curve.working_set_bytes[-1] * 1.01 < MEMORY_FROM * cum[i]
+        if b_l and b_n and not short:
             q = level_quantiles(curve.working_set_bytes, curve.bandwidth_bytes_per_s, lo, hi, cum[i], b_l, b_n, n)
         out.append(tuple(float(v) for v in q / cum[i]) if q is not None else ())
     return out

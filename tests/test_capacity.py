@@ -79,6 +79,33 @@ def test_machine_coeffs_scale_the_ratios_with_the_nominal_capacity():
     assert two.capacity_quantile_lines[1] == pytest.approx(tuple(expect * (L1_LINES + MIB / 128) / nominal), rel=1e-9)
 
 
+def test_last_level_needs_the_curve_past_its_residue():
+    """The last level's share is read against memory's plateau, which the fit takes from
+    pmac.fit.MEMORY_FROM (4x) the level's capacity on: a curve stopping short of that leaves the level
+    its nominal size; one reaching it (within 1 %, as the fit counts) gives the distribution."""
+    from pmac.fit import MEMORY_FROM
+    assert MEMORY_FROM == 4.0
+    prof = _profile_with_curve(0.5 * MIB, 2 * MIB)
+    cum = 32 * 1024 + MIB                 # L2 (the last level) non-inclusive: its capacity plus L1's
+    full = prof.node.bandwidth_curves[0]
+    want = capacity_ratios(prof.node, 1)[1]
+    assert len(want) == 8
+
+    def cut(limit):
+        keep = [i for i, w in enumerate(full.working_set_bytes) if w <= limit]
+        c = dataclasses.replace(full, working_set_bytes=tuple(full.working_set_bytes[i] for i in keep),
+                                bandwidth_bytes_per_s=tuple(full.bandwidth_bytes_per_s[i] for i in keep))
+        return dataclasses.replace(prof.node, bandwidth_curves=(c,))
+
+    # the curve's points are 4 an octave: 2**22.0 = 4 MiB < 4 x 1.03 MiB <= 2**22.25
+    assert capacity_ratios(cut(2 ** 22.0), 1)[1] == ()             # ends at 3.9x: nominal
+    assert capacity_ratios(cut(2 ** 22.0), 1)[0] != ()             # the L1's (not last) still read
+    assert 2 ** 22.0 * 1.01 < 4 * cum <= 2 ** 22.25
+    assert capacity_ratios(cut(2 ** 22.25), 1)[1] == pytest.approx(want, rel=1e-9)   # its plateau is past 2 MiB
+    m = machine_coeffs(dataclasses.replace(prof, node=cut(2 ** 22.0)), soft_capacity=True)
+    assert m.quantile_lines(1) == (cum / 64,)
+
+
 @pytest.mark.parametrize("ws_mib, share", [(0.25, 1.0), (1.0, 0.5), (4.0, 0.0)])
 def test_a_sweep_is_priced_as_the_curve_measured_it(ws_mib, share):
     # a load sweep over ws: 7 of 8 accesses at distance 0, one a line at distance ws. With the L2's
