@@ -70,7 +70,7 @@ flop was in the shadow (``max(t_flop, t_chain) + branches * c0``), which prices 
 where the chain probe's own loop hid it already: on the EPYC's two accuracy runs of that day
 (``python bench/accuracy --measured FILE --machine DIR/epyc-vm.yaml --traces DIR/traces``)
 stencil2d, whose ``local += d * d`` chain bounds its loop, went from +18.4 and +15.0 % to +4.5 and
--1.6 %, the mean absolute error from 14.1 to 11.0 % (README). Why two prices: an add's latency
+-1.6 %, the mean absolute error from 14.1 to 11.0 % (bench/results/README.md). Why two prices: an add's latency
 and an FMA's differ by core (``pmac show machines/xeon-vm.yaml``: 0.67 ns an add, 1.35 ns a
 multiply-add, against 1.18 ns an operation of the dependency probe's chain; Zen 3: 3 and 4 cycles), and an application's chains are one or the
 other: cg_mpi4py's numba dot products add (no contraction without fastmath), stencil2d's

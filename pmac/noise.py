@@ -25,7 +25,7 @@ reports the median one. Why: on a host where a core can run at half speed for se
 synchronised run goes at its slowest core; a profile's single speed predicts a run where every
 core is at it (pmac's Xeon VM, 26 Nov 2026: the traced stream_mpi's rank 1 ran 1.5x slower than
 rank 0 for the whole run, and the profile's one speed under-predicted that case in most
-interleaved accuracy runs). Measured (README, ``bench/accuracy --noise``): on that VM it
+interleaved accuracy runs). Measured (bench/results/README.md, ``bench/accuracy --noise``): on that VM it
 over-predicted the example runs (mean absolute error 11.0 -> 33.9 % and 10.3 -> 11.2 % in two runs
 at the median), its probes' series holding more stalls and slow states than the runs saw; so it
 is opt-in.

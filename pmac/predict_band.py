@@ -17,7 +17,7 @@ from another profile's node, whose cache list it does not carry); ``notes`` says
 The ends are not ordered by construction: a collective's time is its quantile less the one-rank
 call's at the same quantile, so a slow end can come out a hair faster than the fast one.
 
-Measured on pmac's EPYC VM (README, accuracy section): the band at (0.1, 0.9) held the native
+Measured on pmac's EPYC VM (bench/results/README.md): the band at (0.1, 0.9) held the native
 median of 30 of 40 cases over five interleaved accuracy runs, their widths (median over the runs)
 from 12 % of the prediction for the compute-bound nbody to 60 % for the stream in DRAM.
 """
