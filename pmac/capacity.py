@@ -52,9 +52,11 @@ the L3, +10.8 -> +6.3 and +15.7 -> +7.9 %; bench/results/README.md), their singl
 32 cases within 15 %; on runs probed to 128 MiB only it stayed neutral. The Xeon figures above
 were read before the last level needed its curve to reach ``MEMORY_FROM`` times its capacity: its
 guest's 300 MiB L3, probed to 128 MiB, now keeps its nominal size with the curve too. It stays off by
-default: four EPYC runs with the deeper probe moved by -0.6, -1.0, -0.04 and +0.1 points (22:37, a
-run in the host's slow state), one case in all (``bench/results/README.md``). This module never
-touches files.
+default: seven EPYC runs with the deeper probe moved by -0.6, -1.0, -0.04, +0.1, +0.3, +1.0 and +3.3
+points (``bench/results/README.md``), by one case: it lowers stream_mpi-n2-2000000's prediction, which
+helps where steady runs over-predict it, hurts where slow ones under-predict it, and where a run's
+probes found the fall from the L3 to memory long (both cores at 131 GB/s at 32 MiB, 84 at 64, 55 from
+91 MiB on) reads too much of the L3 (-3.8 -> -30.8 %). This module never touches files.
 """
 
 from __future__ import annotations
