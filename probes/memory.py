@@ -81,6 +81,21 @@ def _load_random(a, idx, sweeps):
     return s
 
 
+# The gather in two loops as well: LLVM vectorises the one above into AVX-512 gathers (vgatherqpd,
+# four in flight); without fastmath the sum keeps its order and the loop stays scalar, one load an
+# element. In L1 and L2 the gathers are 1.4-2x faster; from memory on the EPYC Zen 4 of 27 Nov 2026
+# the vectorised loop ran 0.903-0.947 of gcc's (its vgatherdpd, two in flight; bench/probes/run, four
+# runs) and the scalar one about as fast as C in a scratch timing at 128 MiB (0.98-0.99). measure_point
+# keeps the faster, as for the stores: bench/probes/run then read 0.939-0.966 (four runs, 28 Nov).
+@njit(cache=True)
+def _load_random_scalar(a, idx, sweeps):
+    s = 0.0
+    for _ in range(sweeps):
+        for i in range(idx.size):
+            s += a[idx[i]]
+    return s
+
+
 # The store and copy kernels come in two loops, the same source compiled twice: with LLVM's loop
 # interleaving off (_compile_plain: one store per iteration, what gcc emits for the C reference
 # kernels of bench/probes) and with LLVM's own choice (a 4-way interleaved loop). Which is faster
@@ -134,6 +149,15 @@ def _load_random_par(a, idx, sweeps, n_threads):
     return out.sum()
 
 
+@njit(cache=True, parallel=True)
+def _load_random_scalar_par(a, idx, sweeps, n_threads):
+    n = idx.size
+    out = np.zeros(n_threads)
+    for t in prange(n_threads):
+        out[t] = _load_random_scalar(a, idx[n * t // n_threads:n * (t + 1) // n_threads], sweeps)
+    return out.sum()
+
+
 def _store_par_of(store):
     @njit(cache=False, parallel=True)
     def store_par(a, sweeps, n_threads):
@@ -161,8 +185,14 @@ _store_par, _store_par_il = _store_par_of(_store), _store_par_of(_store_il)
 _copy_par, _copy_par_il = _copy_par_of(_copy), _copy_par_of(_copy_il)
 #: the two loops of the store and copy kernels: (one core, all cores) per kind
 STORE_LOOPS = ("one_store", "interleaved")
+#: the two loops of the gather
+GATHER_LOOPS = ("vector", "scalar")
+#: the kinds measured with more than one loop, the faster kept at each point (faster_loop)
+KERNEL_LOOPS = {"store": STORE_LOOPS, "copy": STORE_LOOPS, "load_random": GATHER_LOOPS}
 _LOOPS = {("store", "one_store"): (_store, _store_par), ("store", "interleaved"): (_store_il, _store_par_il),
-          ("copy", "one_store"): (_copy, _copy_par), ("copy", "interleaved"): (_copy_il, _copy_par_il)}
+          ("copy", "one_store"): (_copy, _copy_par), ("copy", "interleaved"): (_copy_il, _copy_par_il),
+          ("load_random", "vector"): (_load_random, _load_random_par),
+          ("load_random", "scalar"): (_load_random_scalar, _load_random_scalar_par)}
 
 
 _PLAIN_COMPILED = []
@@ -419,7 +449,8 @@ class PointResult:
     spread_frac: float = 0.0
     stable: bool = True
     value: float = 0.0               # median of the repetitions that ended the point
-    #: store and copy: the loop that ran the point (STORE_LOOPS, the faster of the two); "" otherwise
+    #: store, copy and load_random: the loop that ran the point (KERNEL_LOOPS, the faster of the
+    #: two); "" otherwise
     loop: str = ""
 
 
@@ -528,8 +559,9 @@ def aligned_full(n: int, value, dtype=np.float64) -> np.ndarray:
 class _Point:
     """Buffers and a timed call ``run(sweeps)`` for one access kind, size and core count."""
 
-    def __init__(self, access: str, ws_bytes: int, n_cores: int, seed: int = 1, loop: str = "one_store"):
-        self.access, self.n_cores, self.loop = access, n_cores, loop
+    def __init__(self, access: str, ws_bytes: int, n_cores: int, seed: int = 1, loop: str | None = None):
+        self.access, self.n_cores = access, n_cores
+        self.loop = loop or KERNEL_LOOPS.get(access, ("",))[0]
         if access in ("store", "copy"):
             _compile_plain()
         if access == "load_random":
@@ -556,7 +588,7 @@ class _Point:
             if a == "load_unit":
                 _load_unit(self.a, sweeps)
             elif a == "load_random":
-                _load_random(self.a, self.idx, sweeps)
+                _LOOPS[a, self.loop][0](self.a, self.idx, sweeps)
             elif a == "store":
                 _LOOPS[a, self.loop][0](self.a, sweeps)
             else:
@@ -565,7 +597,7 @@ class _Point:
             if a == "load_unit":
                 _load_unit_par(self.a, sweeps, k)
             elif a == "load_random":
-                _load_random_par(self.a, self.idx, sweeps, k)
+                _LOOPS[a, self.loop][1](self.a, self.idx, sweeps, k)
             elif a == "store":
                 _LOOPS[a, self.loop][1](self.a, sweeps, k)
             else:
@@ -574,14 +606,16 @@ class _Point:
 
 
 def faster_loop(pt: "_Point", sweeps: int, rounds: int = 3) -> str:
-    """Of STORE_LOOPS, the one whose best of ``rounds`` repetitions (alternated) is faster."""
+    """Of the point's loops (KERNEL_LOOPS), the one whose best of ``rounds`` repetitions
+    (alternated) is faster."""
+    loops = KERNEL_LOOPS[pt.access]
     best = {}
     for _ in range(rounds):
-        for loop in STORE_LOOPS:
+        for loop in loops:
             pt.loop = loop
             dt = pt.run(sweeps)
             best[loop] = min(best.get(loop, dt), dt)
-    return min(STORE_LOOPS, key=lambda loop: best[loop])
+    return min(loops, key=lambda loop: best[loop])
 
 
 def measure_point(access: str, ws_bytes: int, n_cores: int, p: Params) -> PointResult:
@@ -595,7 +629,7 @@ def measure_point(access: str, ws_bytes: int, n_cores: int, p: Params) -> PointR
     while dt < rep_s and sweeps < 1 << 30:
         sweeps *= 2 if dt > rep_s / 16 else 8
         dt = pt.run(sweeps)
-    loop = faster_loop(pt, sweeps) if access in ("store", "copy") else ""
+    loop = faster_loop(pt, sweeps) if access in KERNEL_LOOPS else ""
     pt.loop = loop or pt.loop
     res = PointResult(access=access, n_cores=n_cores, working_set_bytes=int(pt.ws_bytes), loop=loop)
     t_start = time.perf_counter()

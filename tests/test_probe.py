@@ -526,7 +526,8 @@ def test_bench_store_kernels_prints_both_loops_and_their_ratio():
 
 def test_store_and_copy_points_keep_the_faster_of_the_two_loops():
     """The two compilations of the store/copy loops write the same values; faster_loop keeps the
-    loop whose best alternated repetition is faster; a measured point records the loop it ran."""
+    loop whose best alternated repetition is faster; a measured point records the loop it ran (the
+    gather too, of its two loops)."""
     from probes import memory as pm
 
     pm._compile_plain()
@@ -541,7 +542,7 @@ def test_store_and_copy_points_keep_the_faster_of_the_two_loops():
     class Fake:
         """times per loop, in call order; the interleaved loop is faster at its best"""
         def __init__(self):
-            self.loop = ""
+            self.access, self.loop = "store", ""
             self.times = {"one_store": [1.0, 0.9, 1.1], "interleaved": [1.2, 0.8, 1.3]}
 
         def run(self, sweeps):
@@ -555,6 +556,16 @@ def test_store_and_copy_points_keep_the_faster_of_the_two_loops():
     r = pm.measure_point("store", 64 * 1024, 1, p)
     assert r.loop in pm.STORE_LOOPS and r.value > 0
     assert pm.measure_point("load_unit", 64 * 1024, 1, p).loop == ""
+    # the gather's two loops (AVX-512 gathers / scalar loads) sum the same elements: exact on
+    # integers, one core and two; a point records which ran it
+    a, idx = pm.aligned_full(4096, 0.0), pm.aligned_full(4096, 0, np.uint32)
+    a[:] = np.arange(4096.0)
+    pm._permutation_in_slices(idx, 2, 3)
+    want = 3 * 4095 * 4096 / 2
+    assert pm._load_random(a, idx, 3) == pm._load_random_scalar(a, idx, 3) == want
+    assert pm._load_random_par(a, idx, 3, 2) == pm._load_random_scalar_par(a, idx, 3, 2) == want
+    g = pm.measure_point("load_random", 64 * 1024, 1, p)
+    assert g.loop in pm.GATHER_LOOPS and g.value > 0
 
 
 def test_rounds_probe_k_times_and_pool_them_at_the_median(probed, tmp_path, monkeypatch, capsys):
