@@ -86,7 +86,10 @@ def _load_random(a, idx, sweeps):
 # element. In L1 and L2 the gathers are 1.4-2x faster; from memory on the EPYC Zen 4 of 27 Nov 2026
 # the vectorised loop ran 0.903-0.947 of gcc's (its vgatherdpd, two in flight; bench/probes/run, four
 # runs) and the scalar one about as fast as C in a scratch timing at 128 MiB (0.98-0.99). measure_point
-# keeps the faster, as for the stores: bench/probes/run then read 0.939-0.966 (four runs, 28 Nov).
+# keeps the faster, as for the stores: bench/probes/run then read 0.929-0.966 at best-of (seven runs,
+# 28 Nov; the medians of all repetitions 0.951-1.085 against 0.939-0.977 for the vector loop alone).
+# (Written twice rather than one source compiled twice, as the stores are: numba's cache keys a
+# function's compilations by source and signature, not by fastmath, and these two are cached.)
 @njit(cache=True)
 def _load_random_scalar(a, idx, sweeps):
     s = 0.0
@@ -140,21 +143,14 @@ def _load_unit_par(a, sweeps, n_threads):
 
 
 @njit(cache=True, parallel=True)
-def _load_random_par(a, idx, sweeps, n_threads):
-    # idx holds, for each slice, a permutation of that slice's own indices
+def _load_random_par(a, idx, sweeps, n_threads, scalar=False):
+    # idx holds, for each slice, a permutation of that slice's own indices; ``scalar``: the
+    # gather's scalar loop (GATHER_LOOPS)
     n = idx.size
     out = np.zeros(n_threads)
     for t in prange(n_threads):
-        out[t] = _load_random(a, idx[n * t // n_threads:n * (t + 1) // n_threads], sweeps)
-    return out.sum()
-
-
-@njit(cache=True, parallel=True)
-def _load_random_scalar_par(a, idx, sweeps, n_threads):
-    n = idx.size
-    out = np.zeros(n_threads)
-    for t in prange(n_threads):
-        out[t] = _load_random_scalar(a, idx[n * t // n_threads:n * (t + 1) // n_threads], sweeps)
+        mine = idx[n * t // n_threads:n * (t + 1) // n_threads]
+        out[t] = _load_random_scalar(a, mine, sweeps) if scalar else _load_random(a, mine, sweeps)
     return out.sum()
 
 
@@ -192,7 +188,8 @@ KERNEL_LOOPS = {"store": STORE_LOOPS, "copy": STORE_LOOPS, "load_random": GATHER
 _LOOPS = {("store", "one_store"): (_store, _store_par), ("store", "interleaved"): (_store_il, _store_par_il),
           ("copy", "one_store"): (_copy, _copy_par), ("copy", "interleaved"): (_copy_il, _copy_par_il),
           ("load_random", "vector"): (_load_random, _load_random_par),
-          ("load_random", "scalar"): (_load_random_scalar, _load_random_scalar_par)}
+          ("load_random", "scalar"): (_load_random_scalar,
+                                      lambda a, idx, sweeps, k: _load_random_par(a, idx, sweeps, k, True))}
 
 
 _PLAIN_COMPILED = []

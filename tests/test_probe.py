@@ -569,7 +569,7 @@ def test_store_and_copy_points_keep_the_faster_of_the_two_loops():
     pm._permutation_in_slices(idx, 2, 3)
     want = 3 * 4095 * 4096 / 2
     assert pm._load_random(a, idx, 3) == pm._load_random_scalar(a, idx, 3) == want
-    assert pm._load_random_par(a, idx, 3, 2) == pm._load_random_scalar_par(a, idx, 3, 2) == want
+    assert pm._load_random_par(a, idx, 3, 2) == pm._load_random_par(a, idx, 3, 2, True) == want
     g = pm.measure_point("load_random", 64 * 1024, 1, p)
     assert g.loop in pm.GATHER_LOOPS and g.value > 0
 
