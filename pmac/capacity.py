@@ -65,7 +65,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .fit import MEMORY_FROM
+from .fit import MEMORY_FROM, reaches
 
 #: capacity copies per level
 N_QUANTILES = 8
@@ -169,7 +169,7 @@ def capacity_ratios(node, n_cores: int, n: int = N_QUANTILES, access: str = "loa
         # the last level's share is read against memory's plateau: only where the curve reaches
         # past the level's residue, as the fit takes memory (MEMORY_FROM x its capacity, sizes
         # within 1 %); a curve stopping short leaves the level its nominal size
-        short = i + 1 == len(levels) and curve.working_set_bytes[-1] * 1.01 < MEMORY_FROM * cum[i]
+        short = i + 1 == len(levels) and not reaches(curve.working_set_bytes[-1], MEMORY_FROM * cum[i])
         if b_l and b_n and not short:
             q = level_quantiles(curve.working_set_bytes, curve.bandwidth_bytes_per_s, lo, hi, cum[i], b_l, b_n, n)
         out.append(tuple(float(v) for v in q / cum[i]) if q is not None else ())

@@ -255,14 +255,19 @@ def _window_value(x, v, lo: float, hi: float, *, margin: float) -> float | None:
 MEMORY_FROM = 4.0
 
 
+def reaches(largest: float, size: float) -> bool:
+    """Whether a probe whose largest working set is ``largest`` reached ``size``: within 1 % counts
+    (a gather's working set, data and index, falls a few bytes short of the nominal size)."""
+    return largest * 1.01 >= size
+
+
 def _memory_from(largest: float, last_level: float) -> tuple[float, str]:
     """(where the memory window starts, why it starts short of MEMORY_FROM x ``last_level`` or "").
-    Sizes within 1 % count as reached: a gather's working set (data and index) falls a few bytes
-    short of the nominal size."""
+    Sizes within 1 % count as reached (:func:`reaches`)."""
     if last_level <= 0:
         return largest, ""
     for k, why in ((MEMORY_FROM, ""), (2.0, f"from 2x ({largest / 2**20:.0f} MiB probed)")):
-        if largest * 1.01 >= k * last_level:
+        if reaches(largest, k * last_level):
             return min(k * last_level, largest), why
     return largest, f"from the largest point, {largest / 2**20:.0f} MiB (below 2x)"
 
