@@ -583,7 +583,8 @@ def assemble_networks(variants, done: dict[tuple[str, str], tuple]) -> dict[str,
         inter_model, inter_tables, q_inter = done[(v.name, "inter")]
         model = NetworkModel(intra_node=intra_model.intra_node, inter_node=inter_model.inter_node,
                              collectives=tuple(inter_model.collectives) + tuple(intra_model.collectives),
-                             mpi_library=inter_model.mpi_library, bcast_root=inter_model.bcast_root)
+                             mpi_library=inter_model.mpi_library, bcast_root=inter_model.bcast_root,
+                             collective_loop=inter_model.collective_loop)
         tables = {k: pd.concat([intra_tables[k], inter_tables[k]], ignore_index=True)
                   for k in inter_tables if k in intra_tables}
         out[v.name] = (model, tables, {f"{tcp[0].name}-tcp-intra": q_intra, f"{v.name}-inter": q_inter})

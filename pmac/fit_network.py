@@ -327,13 +327,17 @@ def relative_noise(rows: pd.DataFrame) -> float:
     return float(np.median((1.4826 * mad[ok] / med[ok]) / np.sqrt(n[ok])))
 
 
-def fit_collectives(coll: pd.DataFrame, quantile: float = QUANTILE) -> tuple[CollectiveCost, ...]:
+def fit_collectives(coll: pd.DataFrame, quantile: float = QUANTILE, loop: str = "mpi4py"
+                    ) -> tuple[CollectiveCost, ...]:
     """Time per (placement, op, bytes, ranks) (``quantile`` of the repetitions, by default the lower
-    quartile: :data:`QUANTILE`), less the one-rank per-call floor; ``spread_frac`` is (max-min)/median.
+    quartile: :data:`QUANTILE`); ``spread_frac`` is (max-min)/median.
 
-    Rows with ``n_ranks == 1`` (the op on a one-rank communicator) measure what the call costs
-    with no communication (interpreter and library entry); that figure at the smallest size of
-    each op is subtracted from that op's times, never below 5 % of the raw value.
+    ``loop`` says how the probe timed them (``NetworkModel.collective_loop``). ``compiled``: the
+    rows are what a C program's call costs, kept as they are. ``mpi4py``: interpreter loops, and
+    rows with ``n_ranks == 1`` (the op on a one-rank communicator: interpreter and library entry,
+    no communication) at the smallest size of each op are subtracted from that op's times, never
+    below 5 % of the raw value (an estimate: on the EPYC VM the 2-rank 8 B allreduce less its
+    floor stayed 0.13-0.8 us above the compiled loop's 0.25-0.71, probes/network.py).
     """
     if coll is None or coll.empty:
         return ()
@@ -341,7 +345,7 @@ def fit_collectives(coll: pd.DataFrame, quantile: float = QUANTILE) -> tuple[Col
     floors = {}
     for op, d in coll[coll.n_ranks == 1].groupby("op"):
         m0 = d.msg_bytes.min()
-        floors[op] = float(d[d.msg_bytes == m0].time_s.quantile(quantile))
+        floors[op] = float(d[d.msg_bytes == m0].time_s.quantile(quantile)) if loop == "mpi4py" else 0.0
     for (placement, op, mb, nr), d in coll[coll.n_ranks >= 2].groupby(
             ["placement", "op", "msg_bytes", "n_ranks"], sort=True):
         med = float(d.time_s.median())
@@ -353,12 +357,14 @@ def fit_collectives(coll: pd.DataFrame, quantile: float = QUANTILE) -> tuple[Col
     return tuple(out)
 
 
-def fit_network(tables: dict[str, pd.DataFrame], *, mpi_library: str = "", quantile: float = QUANTILE) -> NetworkModel:
+def fit_network(tables: dict[str, pd.DataFrame], *, mpi_library: str = "", quantile: float = QUANTILE,
+                collective_loop: str = "mpi4py") -> NetworkModel:
     """NetworkModel from the raw ``pingpong`` and ``collective`` tables, every point at ``quantile``
-    of its repetitions."""
+    of its repetitions; ``collective_loop``: how the collectives were timed (:func:`fit_collectives`)."""
     pp = tables.get("pingpong")
     links = {}
     for placement in PLACEMENTS:
         links[placement] = fit_placement(pp, placement, quantile) if pp is not None and not pp.empty else None
     return NetworkModel(intra_node=links["intra_node"], inter_node=links["inter_node"],
-                        collectives=fit_collectives(tables.get("collective"), quantile), mpi_library=mpi_library)
+                        collectives=fit_collectives(tables.get("collective"), quantile, collective_loop),
+                        mpi_library=mpi_library, collective_loop=collective_loop)

@@ -166,7 +166,8 @@ def refit_network(profile: MachineProfile, raw: dict[str, pd.DataFrame], quantil
         if raw.get("collective" + suffix) is not None:
             tables["collective"] = raw["collective" + suffix]
         new = model_from_record(tables, {"mpi_library": net.mpi_library, "thread_level": net.thread_level,
-                                         "bcast_root": net.bcast_root}, quantile)
+                                         "bcast_root": net.bcast_root, "collective_loop": net.collective_loop},
+                                quantile)
         return dataclasses.replace(new, topology=net.topology)
 
     variants = tuple(again(v, f"_{v.thread_level}") for v in profile.network_variants)
@@ -209,6 +210,12 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
         if mode is not None and other is not None:
             raise InputError(f"its memory was probed on {mode} pages (pmac probe --pages), {paths[other]}'s on "
                              f"{_pages_of(profs[other])}: only probes of one page mode pool", path=p)
+        loops = {n.collective_loop for n in (prof.network, *prof.network_variants) if n is not None and n.collectives}
+        seen = {n.collective_loop for q in profs for n in (q.network, *q.network_variants) if n is not None and n.collectives}
+        if len(loops | seen) > 1:
+            raise InputError(f"its collectives were timed in {'/'.join(sorted(loops))} loops, {paths[0]}'s in "
+                             f"{'/'.join(sorted(seen))} (NetworkModel.collective_loop): only probes timed alike pool",
+                             path=p)
         profs.append(prof)
         raws.append(raw)
     newest = max(range(len(profs)), key=lambda i: str(profs[i].provenance.get("created_utc", "")))

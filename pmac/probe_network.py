@@ -80,7 +80,9 @@ def model_from_record(tables: dict[str, pd.DataFrame], meta: dict, quantile: flo
     probe: the lower quartile, pmac.fit_network.QUANTILE; pmac.pool: the quantile of its statistic)."""
     if tables["pingpong"].empty:
         raise ProbeError("the network probe measured no pair of ranks")
-    network = fit_network(tables, mpi_library=str(meta.get("mpi_library", "")), quantile=quantile)
+    # a record without collective_loop is a probe's before 28 Nov 2026: mpi4py loops
+    network = fit_network(tables, mpi_library=str(meta.get("mpi_library", "")), quantile=quantile,
+                          collective_loop=str(meta.get("collective_loop", "mpi4py")))
     # a record without bcast_root is a probe's before 27 Nov 2026: root 0 every call
     network = dataclasses.replace(network, thread_level=str(meta.get("thread_level", "")),
                                   bcast_root=str(meta.get("bcast_root", "fixed")))

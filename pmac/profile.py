@@ -27,7 +27,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -61,10 +61,15 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                             "``pmac predict --noise``); version 10 files have none (no noise to replay)",
                         12: "network.bcast_root (optional: 'rotating' when the probe moved a bcast's root every "
                             "call, 'fixed' for root 0 every call); version 11 files have none ('fixed', as "
-                            "every probe before 27 Nov 2026 timed it)"},
+                            "every probe before 27 Nov 2026 timed it)",
+                        13: "network.collective_loop (optional: 'compiled' when the probe timed the collectives "
+                            "in compiled loops, the rows a call's whole cost; 'mpi4py' for the interpreter's "
+                            "loops, less the one-rank floor); version 12 files have none ('mpi4py', as every "
+                            "probe before 28 Nov 2026 timed them)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
-                          9: lambda body: body, 10: lambda body: body, 11: lambda body: body})
+                          9: lambda body: body, 10: lambda body: body, 11: lambda body: body,
+                          12: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -451,6 +456,8 @@ class CollectiveCost:
 
 #: how a network probe placed its bcast roots (NetworkModel.bcast_root)
 BCAST_ROOTS = ("fixed", "rotating")
+#: how a network probe timed its collectives (NetworkModel.collective_loop)
+COLLECTIVE_LOOPS = ("mpi4py", "compiled")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -470,11 +477,19 @@ class NetworkModel:
     #: root moves to the next rank every call, probes/network.collective_call). The collective
     #: excess replays the loop the same way (pmac.calibrate_collectives)
     bcast_root: str = "fixed"
+    #: how the probe timed the collective rows: 'mpi4py' (interpreter loops, the one-rank floor
+    #: taken off each row: probes before 28 Nov 2026) or 'compiled' (numba loops calling the C
+    #: library, probes/network.compiled_collectives: a row is what a C program's call costs).
+    #: pmac.fit_network.fit_collectives reads it when it refits a profile from its raw rows
+    collective_loop: str = "mpi4py"
 
     def __post_init__(self):
         check_thread_level("network.thread_level", self.thread_level)
         if self.bcast_root not in BCAST_ROOTS:
             raise ValueError(f"network.bcast_root must be one of {', '.join(BCAST_ROOTS)}, not {self.bcast_root!r}")
+        if self.collective_loop not in COLLECTIVE_LOOPS:
+            raise ValueError(f"network.collective_loop must be one of {', '.join(COLLECTIVE_LOOPS)}, "
+                             f"not {self.collective_loop!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -105,7 +105,8 @@ def format_profile(profile: MachineProfile) -> str:
             if link is not None:
                 lines += _link_lines(label, link)
         if net.collectives:
-            lines.append("  collectives (time per call):")
+            how = {"compiled": "timed in compiled loops", "mpi4py": "mpi4py loops less the one-rank floor"}
+            lines.append(f"  collectives (time per call; {how[net.collective_loop]}):")
             keys = sorted({(c.placement, c.op, c.n_ranks) for c in net.collectives})
             for pl, op, nr in keys:
                 pts = sorted((c.msg_bytes, c.time_s) for c in net.collectives

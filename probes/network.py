@@ -51,8 +51,14 @@ first rank on another node (``inter_node``); placement from ``MPI.Get_processor_
 - ``collective``: barrier, bcast, allreduce (float64 sum), alltoall on the first n ranks for n =
   1, 2, 4, .. and all ranks; ``msg_bytes`` is this rank's buffer (alltoall: the whole send
   buffer, n blocks); time per call is the slowest rank's; n = 1 gives the per-call floor. Bcast's
-  root moves to the next rank every call (:func:`collective_call`).
-  Collectives are timed in mpi4py loops (numba-mpi has no alltoall).
+  root moves to the next rank every call (:func:`collective_call`). With the numba backend the
+  loops are compiled (:func:`compiled_collectives`: numba calling the MPI library's C functions
+  through ctypes, on the probe's sub-communicators) and time what a C program's call costs; with
+  the Python backend they are mpi4py loops, whose interpreter share the fit estimates by the
+  one-rank floor (``meta["collective_loop"]``: ``compiled`` or ``mpi4py``). The floor leaves part
+  of it: on the EPYC VM (28 Nov 2026, MPI_THREAD_SINGLE) a 2-rank 8 B allreduce cost 0.25 us in C
+  and in the compiled loop, 1.03 us in the mpi4py loop against a 0.65 us floor; in the host's
+  slower spells 0.71, 0.71 and 1.5 us.
 """
 
 from __future__ import annotations
@@ -392,6 +398,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
     partners = pairs(ids)
     be = make_backend(comm, backend, quick)
     pol_be = pollution_backend(be, comm)
+    compiled = compiled_collectives() if (be.name == "numba-mpi" and collectives and not pollution_only) else None
     batch_s = (batch_ms if batch_ms is not None else (2.0 if quick else 5.0)) * 1e-3
     reps = 9 if quick else 15
     # wall-time budget of the ping-pong sweeps: on a loaded machine (busy-polling ranks wait for
@@ -485,7 +492,8 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
     coll_rows: list[tuple] = []
     if collectives and not pollution_only:
         report(step / steps, "collectives")
-        coll_rows = _collectives(comm, ids, quick=quick, reps=reps, batch_s=batch_s, max_call_s=max_call_s)
+        coll_rows = _collectives(comm, ids, quick=quick, reps=reps, batch_s=batch_s, max_call_s=max_call_s,
+                                 compiled=compiled)
     meta = {
         "mpi_library": " ".join(MPI.Get_library_version().strip().splitlines()[0].split()) if rank == 0 else "",
         "mpi_version": ".".join(map(str, MPI.Get_version())),
@@ -507,6 +515,7 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         "transparent_hugepage": _thp(),
         "thread_level": thread_level_name(MPI.Query_thread()),
         "bcast_root": "rotating",   # collective_call: the root moves every call
+        "collective_loop": "compiled" if compiled is not None else "mpi4py",
     }
     if be.name == "numba-mpi":
         import numba
@@ -685,7 +694,11 @@ def _thp() -> str:
         return "unknown"
 
 
-def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_s: float = 1.0) -> list[tuple]:
+def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_s: float = 1.0,
+                 compiled=None) -> list[tuple]:
+    """The ``collective`` rows: each op timed ``it`` calls back to back per repetition, the slowest
+    rank's time per call; in mpi4py loops (:func:`collective_call`), or with ``compiled`` (from
+    :func:`compiled_collectives`) in compiled ones."""
     from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -704,11 +717,18 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_
                         count = max(n, (count // n) * n)
                     a = np.ones(count, np.float64)
                     b = np.zeros(count, np.float64)
-                    call = collective_call(op, sub, a, b, MPI.SUM)
+                    if compiled is None:
+                        call = collective_call(op, sub, a, b, MPI.SUM)
+
+                        def calls(k, call=call):
+                            for _ in range(k):
+                                call()
+                    else:
+                        def calls(k, op=op, a=a, b=b):
+                            compiled(op, sub, a, b, k)
                     guess = int(max(1, min(500, 0.2 * batch_s / (5e-6 * max(1, n) + 8 * count * n / 2e9))))
                     t0 = time.perf_counter()
-                    for _ in range(guess):  # warm-up, timed to size the repetitions
-                        call()
+                    calls(guess)  # warm-up, timed to size the repetitions
                     per = sub.allreduce((time.perf_counter() - t0) / guess, op=MPI.MAX)
                     if per > max_call_s:  # a slow link: skip this and larger sizes of the op
                         break
@@ -720,8 +740,7 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_
                             break
                         sub.Barrier()
                         t0 = time.perf_counter()
-                        for _ in range(it):
-                            call()
+                        calls(it)
                         dt = (time.perf_counter() - t0) / it
                         worst = sub.reduce(dt, op=MPI.MAX, root=0)
                         if rank == 0:
@@ -729,6 +748,65 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_
             sub.Free()
         comm.Barrier()
     return rows
+
+
+def compiled_collectives():
+    """``timed(op, comm, a, b, k)``: ``k`` calls of ``op`` (``COLL_OPS``, float64 buffers ``a`` /
+    ``b``, sum, bcast's root moving every call as in :func:`collective_call`) on the mpi4py
+    communicator ``comm``, in a numba loop calling the MPI library's C functions through ctypes
+    (the library mpi4py loaded): no interpreter between the calls, as in a C program. numba-mpi
+    has no alltoall and works on MPI_COMM_WORLD only, hence these four. Not cacheable (ctypes
+    function pointers), compiled once a probe (about a second each)."""
+    import ctypes
+
+    import numba
+    from mpi4py import MPI
+
+    lib = ctypes.CDLL(MPI.__file__)   # the extension module; its libmpi resolves the symbols
+    handle = ctypes.c_int if MPI._sizeof(MPI.Comm) == ctypes.sizeof(ctypes.c_int) else ctypes.c_void_p
+    ptr, c_int = ctypes.c_void_p, ctypes.c_int
+
+    def fn(name, *argtypes):
+        f = getattr(lib, name)
+        f.restype, f.argtypes = c_int, list(argtypes)
+        return f
+
+    barrier = fn("MPI_Barrier", handle)
+    bcast = fn("MPI_Bcast", ptr, c_int, handle, c_int, handle)
+    allreduce = fn("MPI_Allreduce", ptr, ptr, c_int, handle, handle, handle)
+    alltoall = fn("MPI_Alltoall", ptr, c_int, handle, ptr, c_int, handle, handle)
+
+    @numba.njit(cache=False)
+    def loop(kind, a, b, count, n, k, dtype, op, comm):
+        err = 0
+        for i in range(k):
+            if kind == 0:
+                err |= barrier(comm)
+            elif kind == 1:
+                err |= bcast(a.ctypes.data, count, dtype, i % n, comm)
+            elif kind == 2:
+                err |= allreduce(a.ctypes.data, b.ctypes.data, count, dtype, op, comm)
+            else:
+                err |= alltoall(a.ctypes.data, count // n, dtype, b.ctypes.data, count // n, dtype, comm)
+        return err
+
+    def h(obj):
+        # the handle's value as the C type holds it: mpi4py reads MPICH's int handles back
+        # sign-extended to 64 bits, unsigned (0xffffffff84000002)
+        v = MPI._handleof(obj)
+        if handle is not c_int:
+            return v
+        v &= 0xFFFFFFFF
+        return v - (1 << 32) if v >= 1 << 31 else v
+
+    dtype, op_sum = h(MPI.DOUBLE), h(MPI.SUM)
+    kinds = {name: i for i, name in enumerate(COLL_OPS)}
+
+    def timed(op, comm, a, b, k):
+        err = loop(kinds[op], a, b, a.size, comm.Get_size(), k, dtype, op_sum, h(comm))
+        if err:
+            raise RuntimeError(f"probes/network.py: MPI_{op.capitalize()} failed in the compiled loop")
+    return timed
 
 
 def collective_call(op: str, comm, a: np.ndarray, b: np.ndarray, sum_op):

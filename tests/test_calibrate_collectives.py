@@ -158,7 +158,30 @@ def test_bcast_loop_is_replayed_with_the_roots_the_probe_used(tmp_path):
     path = tmp_path / "p.yaml"
     save_profile(dataclasses.replace(prof, network=dataclasses.replace(prof.network, bcast_root="rotating")), path)
     text = path.read_text()
-    assert "bcast_root: rotating" in text and "schema_version: 12" in text
+    assert "bcast_root: rotating" in text and "schema_version: 13" in text
     assert load_profile(path).network.bcast_root == "rotating"
-    path.write_text(text.replace("  bcast_root: rotating\n", "").replace("schema_version: 12", "schema_version: 11"))
+    path.write_text(text.replace("  bcast_root: rotating\n", "").replace("schema_version: 13", "schema_version: 11"))
     assert load_profile(path).network.bcast_root == "fixed"
+
+
+def test_collective_loop_is_kept_in_the_profile(tmp_path):
+    """NetworkModel.collective_loop (schema 13): 'compiled' round-trips; a version-12 profile (no
+    field) reads as 'mpi4py'; an unknown loop is refused by name; pmac show says which."""
+    from pmac.profile import load_profile, save_profile
+    from pmac.report_profile import format_profile
+
+    from test_schema import small_profile
+
+    with pytest.raises(ValueError, match="network.collective_loop must be one of mpi4py, compiled, not 'fortran'"):
+        NetworkModel(intra_node=link(), collective_loop="fortran")
+    prof = small_profile()
+    net = dataclasses.replace(prof.network, collective_loop="compiled", collectives=(row("allreduce", 8, 1e-6),))
+    path = tmp_path / "p.yaml"
+    save_profile(dataclasses.replace(prof, network=net), path)
+    text = path.read_text()
+    assert "collective_loop: compiled" in text and "schema_version: 13" in text
+    back = load_profile(path)
+    assert back.network.collective_loop == "compiled"
+    assert "collectives (time per call; timed in compiled loops)" in format_profile(back)
+    path.write_text(text.replace("  collective_loop: compiled\n", "").replace("schema_version: 13", "schema_version: 12"))
+    assert load_profile(path).network.collective_loop == "mpi4py"

@@ -107,6 +107,21 @@ def test_fit_network_from_raw_tables():
     assert colls[("allreduce", 1024, 2)].spread_frac == pytest.approx(0.02 / 1.01, rel=1e-3)
 
 
+def test_compiled_collectives_keep_their_rows_whole():
+    """collective_loop 'compiled' (probes/network.compiled_collectives: no interpreter in the loop):
+    a row is what the call costs, and the one-rank rows are not taken off; 'mpi4py' (the default,
+    every probe before 28 Nov 2026) takes them off. The model records which."""
+    tables = raw_tables()
+    net = fit_network(tables, collective_loop="compiled")
+    assert net.collective_loop == "compiled" and fit_network(tables).collective_loop == "mpi4py"
+    colls = {(c.op, c.msg_bytes, c.n_ranks): c.time_s for c in net.collectives}
+    # lower quartile of factors 1, 1.01, 1.02 is 1.005, nothing subtracted
+    assert colls[("allreduce", 8, 2)] == pytest.approx((0.3e-6 + 2e-6 + 8e-9) * 1.005, rel=1e-9)
+    assert colls[("allreduce", 1024, 2)] == pytest.approx((0.3e-6 + 2e-6 + 1024e-9) * 1.005, rel=1e-9)
+    mpi4py = {(c.op, c.msg_bytes, c.n_ranks): c.time_s for c in fit_collectives(tables["collective"])}
+    assert colls[("allreduce", 8, 2)] - mpi4py[("allreduce", 8, 2)] == pytest.approx(0.3e-6 * 1.005, rel=1e-6)
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="positive"):
         fit_segments([1, 2, 3], [1e-6, 0.0, 1e-6])

@@ -136,6 +136,94 @@ def test_numba_backend_standalone(tmp_path):
     assert link.send_overhead_s > 0 and link.recv_overhead_s > 0
 
 
+COMPILED_CHECK = r"""
+import importlib.util, sys
+import numpy as np
+import mpi4py
+mpi4py.rc.thread_level = "single"
+from mpi4py import MPI
+spec = importlib.util.spec_from_file_location("net", sys.argv[1])
+net = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(net)
+comm = MPI.COMM_WORLD
+r, n = comm.Get_rank(), comm.Get_size()
+timed = net.compiled_collectives()
+a = np.full(3, r + 1.0); b = np.zeros(3)
+timed("allreduce", comm, a, b, 4)
+assert (b == n * (n + 1) / 2).all(), b
+a = np.full(2, 10.0 + r); timed("bcast", comm, a, b, 1)      # one call: root 0
+assert (a == 10.0).all(), a
+a = np.arange(2.0 * n) + 100 * r; b = np.zeros(2 * n)
+timed("alltoall", comm, a, b, 1)                              # block r of every rank, in rank order
+assert (b == np.array([[100 * q + 2 * r, 100 * q + 2 * r + 1] for q in range(n)]).ravel()).all(), b
+sub = comm.Split(0 if r < 2 else MPI.UNDEFINED, r)            # a sub-communicator, as the probe's
+if sub != MPI.COMM_NULL:
+    a = np.full(1, r + 1.0); b = np.zeros(1)
+    timed("allreduce", sub, a, b, 2)
+    assert b[0] == 3.0, b
+    timed("barrier", sub, a, b, 3)
+    sub.Free()
+comm.Barrier()
+print(f"<ok {r}>", flush=True)
+"""
+
+
+@pytest.mark.requires("mpi")
+def test_compiled_collectives_call_the_library_on_any_communicator(tmp_path):
+    """probes/network.compiled_collectives: numba loops calling MPI's C functions through ctypes
+    move the data as the calls should, on the world and on a sub-communicator of 2 of 3 ranks
+    (MPICH's handles of those read back sign-extended; the loop passes them as C ints)."""
+    import re
+    import subprocess
+    import sys
+
+    from pmac.mpi import find_mpi, launch_command, mpi_env
+    from pmac.probe_network import probe_script
+
+    script = tmp_path / "check.py"
+    script.write_text(COMPILED_CHECK)
+    cmd = launch_command(3, [sys.executable, str(script), str(probe_script())], mpi=find_mpi())
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=mpi_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(re.findall(r"<ok (\d)>", r.stdout)) == ["0", "1", "2"]  # the ranks' lines may interleave
+
+
+@pytest.mark.requires("mpi")
+def test_numba_backend_times_collectives_compiled(tmp_path):
+    """With the numba backend the collectives are timed in compiled loops: the record says so, and
+    the fitted rows are the raw rows' lower quartile as they are (no one-rank floor taken off), where
+    a record of mpi4py loops would take it off."""
+    import subprocess
+    import sys
+
+    from pmac.fit_network import QUANTILE
+    from pmac.mpi import find_mpi, launch_command, mpi_env
+    from pmac.probe_network import model_from_record, probe_script
+
+    out = tmp_path / "rec.npz"
+    cmd = launch_command(2, [sys.executable, str(probe_script()), "--backend", "numba", "--quick", "--max-bytes",
+                             "1024", "--batch-ms", "0.5", "--thread-level", "single", "--out", str(out)],
+                         mpi=find_mpi())
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=mpi_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    tables, meta = read_record(out)
+    assert meta["collective_loop"] == "compiled"
+    coll = tables["collective"]
+    assert set(coll.op) == {"barrier", "bcast", "allreduce", "alltoall"} and set(coll.n_ranks) == {1, 2}
+
+    def quartile(op, nb, nr):
+        return float(coll[(coll.op == op) & (coll.msg_bytes == nb) & (coll.n_ranks == nr)].time_s.quantile(QUANTILE))
+
+    net = model_from_record(tables, meta)
+    assert net.collective_loop == "compiled"
+    row = next(c for c in net.collectives if (c.op, c.msg_bytes, c.n_ranks) == ("allreduce", 8, 2))
+    assert row.time_s == pytest.approx(quartile("allreduce", 8, 2), rel=1e-12)
+    old = model_from_record(tables, {k: v for k, v in meta.items() if k != "collective_loop"})
+    row = next(c for c in old.collectives if (c.op, c.msg_bytes, c.n_ranks) == ("allreduce", 8, 2))
+    want = max(quartile("allreduce", 8, 2) - quartile("allreduce", 8, 1), 0.05 * quartile("allreduce", 8, 2))
+    assert old.collective_loop == "mpi4py" and row.time_s == pytest.approx(want, rel=1e-12)
+
+
 def test_probe_script_refuses_one_rank(tmp_path):
     import subprocess
     import sys
