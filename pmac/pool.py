@@ -184,6 +184,12 @@ def _pages_of(profile: MachineProfile) -> str | None:
     return pages.get("mode") if isinstance(pages, dict) else None
 
 
+def _collective_loop_of(profile: MachineProfile) -> str | None:
+    """How the profile's collective rows were timed (NetworkModel.collective_loop), None without rows."""
+    nets = [n for n in (profile.network, *profile.network_variants) if n is not None and n.collectives]
+    return nets[0].collective_loop if nets else None
+
+
 def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
          command: str | None = None) -> tuple[MachineProfile, dict[str, pd.DataFrame]]:
     """(profile, raw tables) of the probes ``paths`` pooled (module docstring): every probe of one
@@ -210,12 +216,12 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
         if mode is not None and other is not None:
             raise InputError(f"its memory was probed on {mode} pages (pmac probe --pages), {paths[other]}'s on "
                              f"{_pages_of(profs[other])}: only probes of one page mode pool", path=p)
-        loops = {n.collective_loop for n in (prof.network, *prof.network_variants) if n is not None and n.collectives}
-        seen = {n.collective_loop for q in profs for n in (q.network, *q.network_variants) if n is not None and n.collectives}
-        if len(loops | seen) > 1:
-            raise InputError(f"its collectives were timed in {'/'.join(sorted(loops))} loops, {paths[0]}'s in "
-                             f"{'/'.join(sorted(seen))} (NetworkModel.collective_loop): only probes timed alike pool",
-                             path=p)
+        loop = _collective_loop_of(prof)
+        other = next((i for i, q in enumerate(profs) if _collective_loop_of(q) not in (None, loop)), None)
+        if loop is not None and other is not None:
+            raise InputError(f"its collectives were timed in {loop} loops, {paths[other]}'s in "
+                             f"{_collective_loop_of(profs[other])} (NetworkModel.collective_loop): only probes "
+                             "whose collectives were timed alike pool", path=p)
         profs.append(prof)
         raws.append(raw)
     newest = max(range(len(profs)), key=lambda i: str(profs[i].provenance.get("created_utc", "")))

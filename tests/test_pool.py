@@ -295,6 +295,23 @@ def test_pool_refuses_probes_of_two_page_modes(tmp_path):
     assert prof.provenance["pages"] == {"mode": "default", "in_effect": "default (test)"}
 
 
+def test_pool_refuses_collectives_timed_two_ways(tmp_path):
+    """Collective rows timed in mpi4py loops (the floor taken off when refitted) and in compiled
+    ones (kept whole: NetworkModel.collective_loop) would be refitted one way: refused, naming both."""
+    from pmac.profile import save_profile
+
+    old, new = _copy("xeon-vm", tmp_path / "old"), _copy("xeon-vm", tmp_path / "new")
+    prof = load_profile(new)
+    nets = [dataclasses.replace(n, collective_loop="compiled") for n in (prof.network, *prof.network_variants)]
+    save_profile(dataclasses.replace(prof, network=nets[0], network_variants=tuple(nets[1:])), new)
+    with pytest.raises(InputError) as err:
+        pool([old, new], name="mixed")
+    assert str(err.value) == (f"{new}: its collectives were timed in compiled loops, {old}'s in mpi4py "
+                              "(NetworkModel.collective_loop): only probes whose collectives were timed alike pool")
+    pooled, _ = pool([new, new], name="compiled")
+    assert pooled.network.collective_loop == "compiled"
+
+
 def _pmac(*args):
     return subprocess.run([sys.executable, "-m", "pmac", *args], capture_output=True, text=True, timeout=120,
                           cwd=REPO)
