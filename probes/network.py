@@ -756,7 +756,7 @@ def compiled_collectives():
     communicator ``comm``, in a numba loop calling the MPI library's C functions through ctypes
     (the library mpi4py loaded): no interpreter between the calls, as in a C program. numba-mpi
     has no alltoall and works on MPI_COMM_WORLD only, hence these four. Not cacheable (ctypes
-    function pointers), compiled once a probe (about a second each)."""
+    function pointers): one loop for the four, compiled once a probe, before it returns."""
     import ctypes
 
     import numba
@@ -801,11 +801,16 @@ def compiled_collectives():
 
     dtype, op_sum = h(MPI.DOUBLE), h(MPI.SUM)
     kinds = {name: i for i, name in enumerate(COLL_OPS)}
+    # compiled here, not in the first timed call: the warm-up that sizes a point's repetitions
+    # would time the compilation (the first op, a one-rank barrier, then ran 1 call a repetition)
+    one = np.zeros(1)
+    loop(0, one, one, 1, 1, 0, dtype, op_sum, h(MPI.COMM_SELF))
 
     def timed(op, comm, a, b, k):
         err = loop(kinds[op], a, b, a.size, comm.Get_size(), k, dtype, op_sum, h(comm))
         if err:
             raise RuntimeError(f"probes/network.py: MPI_{op.capitalize()} failed in the compiled loop")
+    timed.loop = loop
     return timed
 
 
