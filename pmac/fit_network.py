@@ -343,9 +343,9 @@ def fit_collectives(coll: pd.DataFrame, quantile: float = QUANTILE, loop: str = 
         return ()
     out = []
     floors = {}
-    for op, d in coll[coll.n_ranks == 1].groupby("op"):
+    for op, d in coll[coll.n_ranks == 1].groupby("op") if loop == "mpi4py" else ():
         m0 = d.msg_bytes.min()
-        floors[op] = float(d[d.msg_bytes == m0].time_s.quantile(quantile)) if loop == "mpi4py" else 0.0
+        floors[op] = float(d[d.msg_bytes == m0].time_s.quantile(quantile))
     for (placement, op, mb, nr), d in coll[coll.n_ranks >= 2].groupby(
             ["placement", "op", "msg_bytes", "n_ranks"], sort=True):
         med = float(d.time_s.median())
