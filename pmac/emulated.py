@@ -584,7 +584,10 @@ def assemble_networks(variants, done: dict[tuple[str, str], tuple]) -> dict[str,
         model = NetworkModel(intra_node=intra_model.intra_node, inter_node=inter_model.inter_node,
                              collectives=tuple(inter_model.collectives) + tuple(intra_model.collectives),
                              mpi_library=inter_model.mpi_library, bcast_root=inter_model.bcast_root,
-                             collective_loop=inter_model.collective_loop)
+                             collective_loop=inter_model.collective_loop,
+                             # as pmac.fit_network.fit_interpreter refits the two runs' tables: the intra-node pair's
+                             interpreter_collective_s=intra_model.interpreter_collective_s,
+                             interpreter_p2p_s=intra_model.interpreter_p2p_s)
         tables = {k: pd.concat([intra_tables[k], inter_tables[k]], ignore_index=True)
                   for k in inter_tables if k in intra_tables}
         out[v.name] = (model, tables, {f"{tcp[0].name}-tcp-intra": q_intra, f"{v.name}-inter": q_inter})

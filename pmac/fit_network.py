@@ -327,6 +327,39 @@ def relative_noise(rows: pd.DataFrame) -> float:
     return float(np.median((1.4826 * mad[ok] / med[ok]) / np.sqrt(n[ok])))
 
 
+#: the network probe's ``interpreter`` test: its ops in the ``collective`` table (probes/network.py
+#: INTERPRETER_OPS); ``py_`` from an mpi4py loop (``n_ranks`` 1: mpi4py's own part), ``c_`` compiled
+INTERPRETER_CALLS = ("allreduce", "sendrecv")
+INTERPRETER_OPS = tuple(f"{k}_{c}" for c in INTERPRETER_CALLS for k in ("py", "c"))
+
+
+def fit_interpreter(coll: pd.DataFrame | None) -> dict[str, float]:
+    """Seconds a call from a Python interpreter costs beyond the same call compiled and beyond
+    mpi4py's own part (probes/network.py ``_interpreter_calls``), per call of
+    :data:`INTERPRETER_CALLS` the probe timed: per repetition ``py(2 ranks) - py(own part) -
+    compiled`` (the three timed one after another), the median over repetitions, at least 0.
+    The median and not the fit's quantile: a difference of three loops, each as often slowed
+    as the others by the host. Empty without the test's rows (older probes, the Python backend).
+    Rows of two placements (an emulated cluster's tables, concatenated): the intra-node pair's."""
+    out: dict[str, float] = {}
+    if coll is None or coll.empty:
+        return out
+    mine = coll[coll.op.isin(INTERPRETER_OPS)]
+    if mine.empty:
+        return out
+    placement = "intra_node" if (mine.placement == "intra_node").any() else str(mine.placement.iloc[0])
+    mine = mine[mine.placement == placement]
+    for call in INTERPRETER_CALLS:
+        py = mine[mine.op == f"py_{call}"]
+        c = mine[(mine.op == f"c_{call}") & (mine.n_ranks == 2)].set_index("rep")["time_s"]
+        py2 = py[py.n_ranks == 2].set_index("rep")["time_s"]
+        own = py[py.n_ranks == 1].set_index("rep")["time_s"]
+        d = (py2 - own - c).dropna()
+        if len(d):
+            out[call] = max(float(d.median()), 0.0)
+    return out
+
+
 def fit_collectives(coll: pd.DataFrame, quantile: float = QUANTILE, loop: str = "mpi4py"
                     ) -> tuple[CollectiveCost, ...]:
     """Time per (placement, op, bytes, ranks) (``quantile`` of the repetitions, by default the lower
@@ -341,6 +374,7 @@ def fit_collectives(coll: pd.DataFrame, quantile: float = QUANTILE, loop: str = 
     """
     if coll is None or coll.empty:
         return ()
+    coll = coll[~coll.op.isin(INTERPRETER_OPS)]
     out = []
     floors = {}
     for op, d in coll[coll.n_ranks == 1].groupby("op") if loop == "mpi4py" else ():
@@ -365,6 +399,8 @@ def fit_network(tables: dict[str, pd.DataFrame], *, mpi_library: str = "", quant
     links = {}
     for placement in PLACEMENTS:
         links[placement] = fit_placement(pp, placement, quantile) if pp is not None and not pp.empty else None
+    interp = fit_interpreter(tables.get("collective"))
     return NetworkModel(intra_node=links["intra_node"], inter_node=links["inter_node"],
                         collectives=fit_collectives(tables.get("collective"), quantile, collective_loop),
-                        mpi_library=mpi_library, collective_loop=collective_loop)
+                        mpi_library=mpi_library, collective_loop=collective_loop,
+                        interpreter_collective_s=interp.get("allreduce"), interpreter_p2p_s=interp.get("sendrecv"))

@@ -31,6 +31,12 @@ that much later; in the timeline the call's ``start_s`` includes it). Needs the 
 signature, whatever the burst source: without one nothing is added (a note says so when the
 profile has the curves).
 
+Interpreter (``interpreter=True``, pmac.interpreter): a program that calls MPI from Python (its
+memory signature runs libpython, or its command python) pays on each call to a peer what the
+profile's interpreter test measured beyond the same call compiled (the network probe's
+``interpreter`` test); counted as communication, added to the call's start as the pollution is.
+Profiles without the test price the calls as a C program's, and a note says so.
+
 Noise (``noise=K``, pmac.noise): with K > 0 and a profile that has ``node.noise`` (the noise
 probe's series of each core's slowdown), the bursts are stretched as K draws of that series
 (seeds 0..K-1, a random moment per node) and replayed K times; the prediction is the draw with
@@ -51,7 +57,6 @@ that needs more nodes than the profile has (``n_nodes``) is still made and says 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -311,6 +316,24 @@ def _pollution_s(sig: Signature, ex, ba: BurstArrays | None, p: MachineProfile,
     return np.where(ex.first, x[ex.source_row], 0.0) if ex.changed else x
 
 
+def _interpreter_s(sig: Signature, ex, p: MachineProfile, placement: np.ndarray) -> np.ndarray | None:
+    """Seconds each replayed event's call pays for being made from an interpreter
+    (pmac.interpreter), or None when the profile's network has no such figures."""
+    from .interpreter import event_excess, has_figures
+
+    net = p.network
+    if not has_figures(net):
+        return None
+    x = event_excess(sig.events, net, placement, sig.comms)
+    return np.where(ex.first, x[ex.source_row], 0.0) if ex.changed else x
+
+
+def _sum_or_none(*xs: np.ndarray | None) -> np.ndarray | None:
+    """The sum of the arrays given, None when all are None."""
+    got = [x for x in xs if x is not None]
+    return None if not got else sum(got[1:], got[0])
+
+
 #: relative difference of a machine's compute between the two capacity modes beyond which predict
 #: says that the prediction hangs on where a cache level's edge is
 EDGE_NOTE_FRAC = 0.10
@@ -354,46 +377,38 @@ def pages_note(sig: Signature, profile: MachineProfile) -> str | None:
             f"than it ran on (pmac probe --pages {'default' if probe_huge else 'huge'} probes them as it ran)")
 
 
-def _file_name(path: str) -> str:
-    return path.replace("\\", "/").rsplit("/", 1)[-1]
+def interpreter_note(sig: Signature, profiles: Sequence[MachineProfile] = ()) -> str | None:
+    """A note for a program that calls MPI from a Python interpreter (pmac.interpreter.python_program),
+    None otherwise: the interpreter it runs in, its busiest rank's calls (Init and Finalize left
+    out), and whether each profile prices the interpreter's cost to its calls (the network probe's
+    ``interpreter`` test, pmac.interpreter) or not (profiles probed before 28 Nov 2026)."""
+    from .interpreter import has_figures, python_program
 
-
-def _interpreter(name: str) -> bool:
-    """Whether a shared object's or a command word's file name is a Python interpreter's."""
-    base = _file_name(name)
-    return base.startswith("libpython") or re.fullmatch(r"python[0-9.]*[dmu]*", base) is not None
-
-
-def interpreter_note(sig: Signature) -> str | None:
-    """A note for a program that calls MPI from a Python interpreter (its memory signature's
-    functions run in libpython or a python executable, else its traced command runs python), None
-    otherwise. The network probe times its calls in compiled (numba) loops, and an interpreter
-    running between calls makes each call cost more: on the Xeon VM an 8 B Allreduce +0.30 us
-    (bench/call_interplay), and cg_mpi4py-n2-3000's traced Allreduce and Sendrecv 0.4-0.6 us more
-    than replayed (pmac predict --calls). Not yet priced: the note says so."""
-    fn = sig.memory.get("functions") if sig.memory else None
-    found = None
-    if fn is not None and "object" in fn:
-        found = next((str(o) for o in fn["object"].astype(str).unique() if _interpreter(str(o))), None)
-    if found is None:
-        found = next((w for w in sig.header.command.split() if _interpreter(w)), None)
+    found = python_program(sig.memory, sig.header.command)
     if found is None:
         return None
     ev = sig.events
     calls = ev.loc[~ev["op"].isin((int(Op.INIT), int(Op.FINALIZE)))].groupby("rank").size()
     n = int(calls.max()) if len(calls) else 0
-    return (f"the program calls MPI from a Python interpreter ({_file_name(found)}; "
-            f"{n} calls on its busiest rank): the network probe timed calls in compiled loops, and an interpreter "
-            "between calls makes each cost more, not priced here (back to back, +0.25-0.6 us a small call on the "
-            "development VMs, bench/call_interplay; in a program's loop up to 1.4 us more on the median call: "
-            "pmac predict --calls --bursts measured shows it on the machine it was traced on)")
+    lacking = [p.name for p in profiles if not has_figures(p.network)]
+    head = f"the program calls MPI from a Python interpreter ({found}; {n} calls on its busiest rank)"
+    if not lacking:
+        return head + ": each call to a peer pays what the machine's interpreter test measured (pmac.interpreter)"
+    return (head + f": {', '.join(lacking)} without the network probe's interpreter test (probed before 28 Nov "
+            "2026 or with the Python backend): its calls are priced as a C program's, not priced here what an "
+            "interpreter between calls adds to each (back to back, +0.25-0.6 us a small call on the "
+            "development VMs, bench/call_interplay; pmac probe again to measure it)")
 
 
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
             burst_source: str = "auto", contention: bool = False, timeline: bool = False,
             measured_collectives: bool = False, collective_excess: bool = True,
-            pollution: bool = True, noise: int = 0, capacity: str | None = None) -> Prediction:
+            pollution: bool = True, noise: int = 0, capacity: str | None = None,
+            interpreter: bool = True) -> Prediction:
     """Predict ``sig`` on every profile (see module docstring).
+
+    ``interpreter``: a Python program's calls pay what the profile's interpreter test measured
+    (pmac.interpreter; off: priced as a C program's).
 
     ``capacity``: ``nominal`` (each cache level at its size), ``curve`` (a distribution read off
     the profile's load curve, pmac.capacity) or None (pmac.convolve.SOFT_CAPACITY decides).
@@ -413,8 +428,9 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             raise MissingSectionError(f"machine '{p.name}'", lacking[0], needed_by=f"predict {sig.name}")
     profiles, level_notes = at_thread_level(profiles, sig.header.mpi_thread_level)
     notes += level_notes
-    if (inote := interpreter_note(sig)) is not None:
+    if (inote := interpreter_note(sig, profiles)) is not None:
         notes.append(inote)
+    python = inote is not None
     rpns = [ranks_per_node_for(p, ranks_per_node) for p in profiles]
     n = sig.n_ranks
     ev = sig.events
@@ -478,6 +494,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             notes.append(f"{p.name}: overlap model calibrated on '{app}' itself: not an independent prediction")
         burst = np.ascontiguousarray(bursts_all[k])
         pol_s = _pollution_s(sig, ex, ba, p, placement) if pollution else None
+        int_s = _interpreter_s(sig, ex, p, placement) if python and interpreter else None
         if pol_s is None and pollution and _has_pollution_curve(p):
             notes.append(f"{p.name}: no memory signature (or no caches in the profile): calls after bursts "
                          "that evict the caches are not charged for it (pmac.pollution)")
@@ -486,7 +503,10 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             notes.append(f"{p.name}: no noise model in the profile (probed before profile version 11): "
                          "predicted without noise")
 
-        def bursts_of(seed: int | None, burst=burst, p=p, placement=placement, pol_s=pol_s) -> np.ndarray:
+        # what the calls pay beyond the profile's price (inside the call: communication, not compute)
+        call_s = _sum_or_none(pol_s, int_s)
+
+        def bursts_of(seed: int | None, burst=burst, p=p, placement=placement, call_s=call_s) -> np.ndarray:
             b = burst
             if seed is not None:
                 from .noise import perturb, rank_runs
@@ -496,7 +516,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
                     runs.append(rank_runs(ev_rank, ev_seq))
                 b = perturb(burst, ev_rank, ev_seq, placement, p.node.noise, np.random.default_rng(seed),
                             runs=runs[0])
-            return b if pol_s is None else b + pol_s
+            return b if call_s is None else b + call_s
 
         def replayed(seed: int | None, tl: bool, placement=placement, p=p) -> ReplayOut:
             return _replay(replayer, bursts_of(seed), placement, p, contention=contention, timeline=tl,
@@ -511,12 +531,17 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             r = replayed(seed, True) if timeline else draws[seed]      # its timeline: that draw again
         else:
             r = replayed(None, timeline)
-        if pol_s is not None:  # inside the call, not compute
-            xr = np.bincount(sig_r.events["rank"].to_numpy(np.int64), weights=pol_s, minlength=n)[:n]
+        if call_s is not None:  # inside the call, not compute
+            ranks = sig_r.events["rank"].to_numpy(np.int64)
+            xr = np.bincount(ranks, weights=call_s, minlength=n)[:n]
             r = dataclasses.replace(r, compute_s=r.compute_s - xr, comm_s=r.comm_s + xr)
-            if xr.any():
-                notes.append(f"{p.name}: calls after bursts that evicted the caches: "
-                             f"+{format_quantity(float(xr.mean()), 's')} of communication a rank (pmac.pollution)")
+            for x, what in ((pol_s, "calls after bursts that evicted the caches"),
+                            (int_s, "calls made from the interpreter")):
+                if x is not None and x.any():
+                    per = np.bincount(ranks, weights=x, minlength=n)[:n]
+                    mod = "pmac.pollution" if x is pol_s else "pmac.interpreter"
+                    notes.append(f"{p.name}: {what}: +{format_quantity(float(per.mean()), 's')} of communication "
+                                 f"a rank ({mod})")
         notes += [f"{p.name}: {x}" for x in r.notes]
         crit_rank = int(np.argmax(r.finish_s))
         rows.append(dict(machine=p.name, signature=sig.name, n_ranks=n, ranks_per_node=rpn, n_nodes=n_nodes,

@@ -13,6 +13,7 @@ what is absent; :meth:`MachineProfile.require` raises :class:`MissingSectionErro
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -65,11 +66,14 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                         13: "network.collective_loop (optional: 'compiled' when the probe timed the collectives "
                             "in compiled loops, the rows a call's whole cost; 'mpi4py' for the interpreter's "
                             "loops, less the one-rank floor); version 12 files have none ('mpi4py', as every "
-                            "probe before 28 Nov 2026 timed them)"},
+                            "probe before 28 Nov 2026 timed them)",
+                        14: "network.interpreter_collective_s and interpreter_p2p_s (optional: what a call from "
+                            "a Python interpreter costs beyond the same call compiled, the network probe's "
+                            "``interpreter`` test; pmac.interpreter); version 13 files have none (not priced)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
                           9: lambda body: body, 10: lambda body: body, 11: lambda body: body,
-                          12: lambda body: body})
+                          12: lambda body: body, 13: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -482,6 +486,13 @@ class NetworkModel:
     #: library, probes/network.compiled_collectives: a row is what a C program's call costs).
     #: pmac.fit_network.fit_collectives reads it when it refits a profile from its raw rows
     collective_loop: str = "mpi4py"
+    #: what a call from a Python interpreter (an mpi4py program) costs beyond the same call from
+    #: compiled code and beyond its own instructions, which a memory signature counts in its burst:
+    #: the network probe's ``interpreter`` test (8 B Allreduce and Sendrecv between two ranks,
+    #: pmac.fit_network.fit_interpreter); collectives pay the first, point-to-point calls the
+    #: second (pmac.interpreter). None: not probed (probes before 28 Nov 2026, the Python backend)
+    interpreter_collective_s: float | None = None
+    interpreter_p2p_s: float | None = None
 
     def __post_init__(self):
         check_thread_level("network.thread_level", self.thread_level)
@@ -490,6 +501,10 @@ class NetworkModel:
         if self.collective_loop not in COLLECTIVE_LOOPS:
             raise ValueError(f"network.collective_loop must be one of {', '.join(COLLECTIVE_LOOPS)}, "
                              f"not {self.collective_loop!r}")
+        for f in ("interpreter_collective_s", "interpreter_p2p_s"):
+            v = getattr(self, f)
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"network.{f} must be a finite number >= 0 seconds, not {v!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

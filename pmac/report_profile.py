@@ -113,6 +113,11 @@ def format_profile(profile: MachineProfile) -> str:
                              if (c.placement, c.op, c.n_ranks) == (pl, op, nr))
                 lines.append(f"    {op:<10} {nr:>3} ranks {pl}: " +
                              ", ".join(f"{fq(b, 'bytes')} {fq(t, 's')}" for b, t in pts))
+        if net.interpreter_collective_s is not None or net.interpreter_p2p_s is not None:
+            got = [f"{what} {fq(x, 's')}" for what, x in (("collective", net.interpreter_collective_s),
+                                                          ("point-to-point", net.interpreter_p2p_s)) if x is not None]
+            lines.append(f"  a call from a Python interpreter, beyond the same call compiled: {', '.join(got)} "
+                         "(8 B Allreduce / Sendrecv; pmac.interpreter)")
     if p.overlap is not None:
         lines.append(f"overlap model: {p.overlap.kind} {p.overlap.params}")
     missing = p.missing(("node", "node.compute", "node.latency_curve", "network", "network.intra_node",

@@ -59,6 +59,10 @@ first rank on another node (``inter_node``); placement from ``MPI.Get_processor_
   of it: on the EPYC VM (28 Nov 2026, MPI_THREAD_SINGLE) a 2-rank 8 B allreduce cost 0.25 us in C
   and in the compiled loop, 1.03 us in the mpi4py loop against a 0.65 us floor; in the host's
   slower spells 0.71, 0.71 and 1.5 us.
+- ``interpreter`` (numba backend; rows in the ``collective`` table, ops :data:`INTERPRETER_OPS`):
+  an 8 B Allreduce and Sendrecv of ranks 0 and 1 from an mpi4py loop, from the compiled loop,
+  and mpi4py's own part of each (:func:`_interpreter_calls`): what a call from a Python program
+  costs beyond the same call from C (pmac.interpreter prices it).
 """
 
 from __future__ import annotations
@@ -494,6 +498,9 @@ def run(comm, *, quick: bool, node_map: str | None = None, backend: str = "auto"
         report(step / steps, "collectives")
         coll_rows = _collectives(comm, ids, quick=quick, reps=reps, batch_s=batch_s, max_call_s=max_call_s,
                                  compiled=compiled)
+        if compiled is not None:
+            report(step / steps, "calls from the interpreter")
+            coll_rows += _interpreter_calls(comm, ids, compiled, reps=reps, batch_s=batch_s)
     meta = {
         "mpi_library": " ".join(MPI.Get_library_version().strip().splitlines()[0].split()) if rank == 0 else "",
         "mpi_version": ".".join(map(str, MPI.Get_version())),
@@ -750,10 +757,76 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_
     return rows
 
 
+#: the interpreter test's rows in the ``collective`` table (:func:`_interpreter_calls`): the
+#: call from an mpi4py loop (``n_ranks`` 2; 1: mpi4py's own part, on MPI.COMM_SELF or to
+#: MPI.PROC_NULL) and from the compiled loop
+INTERPRETER_OPS = ("py_allreduce", "c_allreduce", "py_sendrecv", "c_sendrecv")
+
+
+def _interpreter_calls(comm, ids, compiled, *, reps: int, batch_s: float) -> list[tuple]:
+    """Rows of the ``interpreter`` test (ranks 0 and 1; rows on rank 0): an 8 B Allreduce and an
+    8 B Sendrecv between the two, back to back, from an mpi4py loop and from the compiled loop
+    (:func:`compiled_collectives`), and mpi4py's own part of each call (the Allreduce on
+    MPI.COMM_SELF, the Sendrecv with MPI.PROC_NULL: the interpreter, mpi4py and the library's entry,
+    no communication). The three kinds alternate within each repetition, so the host's spells
+    (collectives several times dearer for minutes) hit all three alike. ``mpi4py - own part -
+    compiled`` is what a call from an interpreter costs beyond its own instructions, which a
+    memory signature counts in the burst: the interpreter's code and data evicting the library's
+    from the caches and predictors between calls (pmac.interpreter)."""
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    sub = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
+    rows: list[tuple] = []
+    if sub != MPI.COMM_NULL:
+        peer = 1 - rank
+        placement = "intra_node" if ids[0] == ids[1] else "inter_node"
+        a, b = np.ones(1), np.zeros(1)
+        self_ = MPI.COMM_SELF
+
+        def repeat(call):
+            def calls(k):
+                for _ in range(k):
+                    call()
+            return calls
+
+        def loops(name):
+            if name == "allreduce":
+                return {"py": (2, repeat(lambda: sub.Allreduce(a, b, op=MPI.SUM))),
+                        "own": (1, repeat(lambda: self_.Allreduce(a, b, op=MPI.SUM))),
+                        "c": (2, lambda k: compiled("allreduce", sub, a, b, k))}
+            return {"py": (2, repeat(lambda: sub.Sendrecv(a, peer, 0, b, peer, 0))),
+                    "own": (1, repeat(lambda: sub.Sendrecv(a, MPI.PROC_NULL, 0, b, MPI.PROC_NULL, 0))),
+                    "c": (2, lambda k: compiled("sendrecv", sub, a, b, k, peer))}
+
+        for name in ("allreduce", "sendrecv"):
+            kinds = loops(name)
+            its = {}
+            for kind, (_, call) in kinds.items():
+                call(20)   # warm-up, then sized as the collectives are
+                sub.Barrier()
+                t0 = time.perf_counter()
+                call(100)
+                per = sub.allreduce((time.perf_counter() - t0) / 100, op=MPI.MAX)
+                its[kind] = int(max(10, min(5000, batch_s / max(per, 1e-9))))
+            for r in range(reps):
+                for kind, (n_ranks, call) in kinds.items():
+                    sub.Barrier()
+                    t0 = time.perf_counter()
+                    call(its[kind])
+                    worst = sub.reduce((time.perf_counter() - t0) / its[kind], op=MPI.MAX, root=0)
+                    if rank == 0:
+                        op = ("c_" if kind == "c" else "py_") + name
+                        rows.append((placement, op, 8, n_ranks, r, worst))
+        sub.Free()
+    comm.Barrier()
+    return rows
+
+
 def compiled_collectives():
-    """``timed(op, comm, a, b, k)``: ``k`` calls of ``op`` (``COLL_OPS``, float64 buffers ``a`` /
-    ``b``, sum, bcast's root moving every call as in :func:`collective_call`) on the mpi4py
-    communicator ``comm``, in a numba loop calling the MPI library's C functions through ctypes
+    """``timed(op, comm, a, b, k, peer=-1)``: ``k`` calls of ``op`` (``COLL_OPS``, float64 buffers ``a``
+    / ``b``, sum, bcast's root moving every call as in :func:`collective_call`; or ``sendrecv``: ``a``
+    to ``peer`` and ``b`` from it, tag 0) on the mpi4py communicator ``comm``, in a numba loop calling the MPI library's C functions through ctypes
     (the library mpi4py loaded): no interpreter between the calls, as in a C program. numba-mpi
     has no alltoall and works on MPI_COMM_WORLD only, hence these four. Not cacheable (ctypes
     function pointers): one loop for the four, compiled once a probe, before it returns."""
@@ -775,9 +848,10 @@ def compiled_collectives():
     bcast = fn("MPI_Bcast", ptr, c_int, handle, c_int, handle)
     allreduce = fn("MPI_Allreduce", ptr, ptr, c_int, handle, handle, handle)
     alltoall = fn("MPI_Alltoall", ptr, c_int, handle, ptr, c_int, handle, handle)
+    sendrecv = fn("MPI_Sendrecv", ptr, c_int, handle, c_int, c_int, ptr, c_int, handle, c_int, c_int, handle, ptr)
 
     @numba.njit(cache=False)
-    def loop(kind, a, b, count, n, k, dtype, op, comm):
+    def loop(kind, a, b, count, n, k, dtype, op, comm, peer, status):
         err = 0
         for i in range(k):
             if kind == 0:
@@ -786,8 +860,11 @@ def compiled_collectives():
                 err |= bcast(a.ctypes.data, count, dtype, i % n, comm)
             elif kind == 2:
                 err |= allreduce(a.ctypes.data, b.ctypes.data, count, dtype, op, comm)
-            else:
+            elif kind == 3:
                 err |= alltoall(a.ctypes.data, count // n, dtype, b.ctypes.data, count // n, dtype, comm)
+            else:
+                err |= sendrecv(a.ctypes.data, count, dtype, peer, 0, b.ctypes.data, count, dtype, peer, 0, comm,
+                                status.ctypes.data)
         return err
 
     def h(obj):
@@ -800,14 +877,16 @@ def compiled_collectives():
         return v - (1 << 32) if v >= 1 << 31 else v
 
     dtype, op_sum = h(MPI.DOUBLE), h(MPI.SUM)
-    kinds = {name: i for i, name in enumerate(COLL_OPS)}
+    kinds = {name: i for i, name in enumerate(COLL_OPS + ("sendrecv",))}
+    # an MPI_Status of any library (MPICH's is 20 bytes, Open MPI's 24), written and not read
+    status = np.zeros(16, np.int64)
     # compiled here, not in the first timed call: the warm-up that sizes a point's repetitions
     # would time the compilation (the first op, a one-rank barrier, then ran 1 call a repetition)
     one = np.zeros(1)
-    loop(0, one, one, 1, 1, 0, dtype, op_sum, h(MPI.COMM_SELF))
+    loop(0, one, one, 1, 1, 0, dtype, op_sum, h(MPI.COMM_SELF), -1, status)
 
-    def timed(op, comm, a, b, k):
-        err = loop(kinds[op], a, b, a.size, comm.Get_size(), k, dtype, op_sum, h(comm))
+    def timed(op, comm, a, b, k, peer=-1):
+        err = loop(kinds[op], a, b, a.size, comm.Get_size(), k, dtype, op_sum, h(comm), peer, status)
         if err:
             raise RuntimeError(f"probes/network.py: MPI_{op.capitalize()} failed in the compiled loop")
     timed.loop = loop

@@ -158,9 +158,9 @@ def test_bcast_loop_is_replayed_with_the_roots_the_probe_used(tmp_path):
     path = tmp_path / "p.yaml"
     save_profile(dataclasses.replace(prof, network=dataclasses.replace(prof.network, bcast_root="rotating")), path)
     text = path.read_text()
-    assert "bcast_root: rotating" in text and "schema_version: 13" in text
+    assert "bcast_root: rotating" in text and "schema_version: 14" in text
     assert load_profile(path).network.bcast_root == "rotating"
-    path.write_text(text.replace("  bcast_root: rotating\n", "").replace("schema_version: 13", "schema_version: 11"))
+    path.write_text(text.replace("  bcast_root: rotating\n", "").replace("schema_version: 14", "schema_version: 11"))
     assert load_profile(path).network.bcast_root == "fixed"
 
 
@@ -179,9 +179,38 @@ def test_collective_loop_is_kept_in_the_profile(tmp_path):
     path = tmp_path / "p.yaml"
     save_profile(dataclasses.replace(prof, network=net), path)
     text = path.read_text()
-    assert "collective_loop: compiled" in text and "schema_version: 13" in text
+    assert "collective_loop: compiled" in text and "schema_version: 14" in text
     back = load_profile(path)
     assert back.network.collective_loop == "compiled"
     assert "collectives (time per call; timed in compiled loops)" in format_profile(back)
-    path.write_text(text.replace("  collective_loop: compiled\n", "").replace("schema_version: 13", "schema_version: 12"))
+    path.write_text(text.replace("  collective_loop: compiled\n", "").replace("schema_version: 14", "schema_version: 12"))
     assert load_profile(path).network.collective_loop == "mpi4py"
+
+
+def test_interpreter_figures_are_kept_in_the_profile(tmp_path):
+    """NetworkModel.interpreter_collective_s / interpreter_p2p_s (schema 14): round-trip, pmac show
+    prints them, a version-13 profile (no fields) reads None, a negative or NaN figure is refused by
+    name."""
+    from pmac.profile import load_profile, save_profile
+    from pmac.report_profile import format_profile
+
+    from test_schema import small_profile
+
+    for bad in (-1e-7, float("nan")):
+        with pytest.raises(ValueError, match="network.interpreter_p2p_s must be a finite number >= 0 seconds"):
+            NetworkModel(intra_node=link(), interpreter_p2p_s=bad)
+    prof = small_profile()
+    net = dataclasses.replace(prof.network, interpreter_collective_s=1.25e-7, interpreter_p2p_s=6.5e-7)
+    path = tmp_path / "p.yaml"
+    save_profile(dataclasses.replace(prof, network=net), path)
+    text = path.read_text()
+    assert "interpreter_p2p_s: 6.5e-07" in text and "schema_version: 14" in text
+    back = load_profile(path)
+    assert (back.network.interpreter_collective_s, back.network.interpreter_p2p_s) == (1.25e-7, 6.5e-7)
+    assert ("a call from a Python interpreter, beyond the same call compiled: collective 125 ns, point-to-point "
+            "650 ns") in format_profile(back)
+    old = "".join(ln for ln in text.splitlines(keepends=True) if "interpreter_" not in ln)
+    path.write_text(old.replace("schema_version: 14", "schema_version: 13"))
+    back = load_profile(path)
+    assert back.network.interpreter_collective_s is None and back.network.interpreter_p2p_s is None
+    assert "Python interpreter" not in format_profile(back)

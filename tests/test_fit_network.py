@@ -214,3 +214,42 @@ def test_overheads_beyond_the_one_way_time_scale_down_together():
     link = fit_network({**tables, "pingpong": pp}, mpi_library="MPICH test").intra_node
     assert link.send_overhead_s == pytest.approx(0.2e-6 * t_small / 1.7e-6, rel=1e-6)
     assert link.recv_overhead_s == pytest.approx(1.5e-6 * t_small / 1.7e-6, rel=1e-6)
+
+
+def interpreter_rows(reps=((1.0, 0.6, 0.25, 2.0, 0.2, 1.0), (1.2, 0.6, 0.3, 2.4, 0.3, 1.1), (1.1, 0.7, 0.2, 1.9, 0.2, 1.2)),
+                     placement="intra_node"):
+    """The network probe's interpreter test rows (probes/network._interpreter_calls), us per call a
+    repetition: py_allreduce 2 ranks, its own part (1 rank), c_allreduce, py_sendrecv, own, c_sendrecv."""
+    rows = []
+    for r, (pa, oa, ca, ps, os_, cs) in enumerate(reps):
+        rows += [(placement, "py_allreduce", 8, 2, r, pa * 1e-6), (placement, "py_allreduce", 8, 1, r, oa * 1e-6),
+                 (placement, "c_allreduce", 8, 2, r, ca * 1e-6), (placement, "py_sendrecv", 8, 2, r, ps * 1e-6),
+                 (placement, "py_sendrecv", 8, 1, r, os_ * 1e-6), (placement, "c_sendrecv", 8, 2, r, cs * 1e-6)]
+    return pd.DataFrame(rows, columns=["placement", "op", "msg_bytes", "n_ranks", "rep", "time_s"])
+
+
+def test_interpreter_figures_by_hand():
+    """pmac.fit_network.fit_interpreter: per repetition py - own part - compiled, the median over
+    repetitions, at least 0; the test's rows never become collective rows; with two placements (an
+    emulated cluster's tables concatenated) the intra-node pair's; none without the rows."""
+    from pmac.fit_network import fit_interpreter
+
+    got = fit_interpreter(interpreter_rows())
+    # allreduce: 1.0-0.6-0.25 = 0.15, 1.2-0.6-0.3 = 0.3, 1.1-0.7-0.2 = 0.2 -> median 0.2 us
+    # sendrecv: 2.0-0.2-1.0 = 0.8, 2.4-0.3-1.1 = 1.0, 1.9-0.2-1.2 = 0.5 -> median 0.8 us
+    assert got["allreduce"] == pytest.approx(0.2e-6, rel=1e-9) and got["sendrecv"] == pytest.approx(0.8e-6, rel=1e-9)
+    dearer_c = interpreter_rows(((1.0, 0.6, 0.5, 2.0, 0.2, 1.0),) * 3)
+    assert fit_interpreter(dearer_c)["allreduce"] == 0.0           # -0.1 us: a call costs no less from Python
+    inter = interpreter_rows(((9.0, 0.6, 0.25, 9.0, 0.2, 1.0),) * 3, placement="inter_node")
+    both = fit_interpreter(pd.concat([inter, interpreter_rows()], ignore_index=True))
+    assert both == got
+    assert fit_interpreter(inter)["allreduce"] == pytest.approx(8.15e-6, rel=1e-9)
+    tables = raw_tables()
+    assert fit_interpreter(tables["collective"]) == {} and fit_interpreter(None) == {}
+    net = fit_network(tables, collective_loop="compiled")
+    assert net.interpreter_collective_s is None and net.interpreter_p2p_s is None
+    tables["collective"] = pd.concat([tables["collective"], interpreter_rows()], ignore_index=True)
+    with_test = fit_network(tables, collective_loop="compiled")
+    assert with_test.collectives == net.collectives
+    assert with_test.interpreter_collective_s == pytest.approx(0.2e-6, rel=1e-9)
+    assert with_test.interpreter_p2p_s == pytest.approx(0.8e-6, rel=1e-9)

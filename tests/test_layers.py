@@ -12,7 +12,8 @@ LAYERS = [
     {"profile", "trace", "memsig"},
     {"signature", "fit", "capacity", "noise", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace",
      "shim", "vgtool", "rawtrace"},
-    {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand", "pollution", "phases"},
+    {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand", "pollution", "interpreter",
+     "phases"},
     # probe: measures, fits, calibrates (overlap; exchange by replay); pool: fits probes again;
     # state: the probe's kernels now against a profile's repetitions (pmac check)
     {"predict", "probe", "pool", "calibrate", "state"},

@@ -163,6 +163,9 @@ if sub != MPI.COMM_NULL:
     timed("allreduce", sub, a, b, 2)
     assert b[0] == 3.0, b
     timed("barrier", sub, a, b, 3)
+    a = np.full(2, 10.0 * (r + 1)); b = np.zeros(2)
+    timed("sendrecv", sub, a, b, 2, 1 - r)                    # each sends its a to the other
+    assert (b == 10.0 * (2 - r)).all(), b
     sub.Free()
 comm.Barrier()
 assert len(timed.loop.signatures) == 1      # one compilation for every op and communicator
@@ -196,11 +199,12 @@ def test_compiled_collectives_call_the_library_on_any_communicator(tmp_path):
 def test_numba_backend_times_collectives_compiled(tmp_path):
     """With the numba backend the collectives are timed in compiled loops: the record says so, and
     the fitted rows are the raw rows' lower quartile as they are (no one-rank floor taken off), where
-    a record of mpi4py loops would take it off."""
+    a record of mpi4py loops would take it off. The interpreter test's rows are there, three kinds a
+    repetition, and the model's figures are their paired medians (pmac.fit_network.fit_interpreter)."""
     import subprocess
     import sys
 
-    from pmac.fit_network import QUANTILE
+    from pmac.fit_network import INTERPRETER_OPS, QUANTILE
     from pmac.mpi import find_mpi, launch_command, mpi_env
     from pmac.probe_network import model_from_record, probe_script
 
@@ -213,7 +217,20 @@ def test_numba_backend_times_collectives_compiled(tmp_path):
     tables, meta = read_record(out)
     assert meta["collective_loop"] == "compiled"
     coll = tables["collective"]
-    assert set(coll.op) == {"barrier", "bcast", "allreduce", "alltoall"} and set(coll.n_ranks) == {1, 2}
+    assert set(coll.op) == {"barrier", "bcast", "allreduce", "alltoall", *INTERPRETER_OPS}
+    assert set(coll.n_ranks) == {1, 2}
+    # the interpreter test: per repetition an mpi4py loop, its own part, the compiled loop
+    it = coll[coll.op.isin(INTERPRETER_OPS)].set_index(["op", "n_ranks", "rep"])["time_s"].sort_index()
+    for call in ("allreduce", "sendrecv"):
+        py2, own, c = it[f"py_{call}", 2], it[f"py_{call}", 1], it[f"c_{call}", 2]
+        assert len(py2) == len(own) == len(c) >= 3
+        # a call that talks to the other rank costs more than mpi4py's own part of it
+        assert py2.median() > own.median() and c.median() > 0
+        want = max(float((py2 - own - c).median()), 0.0)
+        got = model_from_record(tables, meta)
+        assert (got.interpreter_collective_s if call == "allreduce" else got.interpreter_p2p_s) == \
+            pytest.approx(want, rel=1e-12)
+        assert want < 50e-6
 
     def quartile(op, nb, nr):
         return float(coll[(coll.op == op) & (coll.msg_bytes == nb) & (coll.n_ranks == nr)].time_s.quantile(QUANTILE))

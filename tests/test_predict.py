@@ -281,7 +281,7 @@ def test_interpreter_note_names_a_python_caller():
                       ("mpiexec -n 2 python app.py", "(python; 6 calls"),
                       ("mpiexec -n 2 ./a.out --python-config", None), ("mpiexec -n 2 pythonista", None)):
         sig = dataclasses.replace(pp_sig, header=dataclasses.replace(pp_sig.header, command=cmd))
-        note = pp.interpreter_note(sig)
+        note = pp.interpreter_note(sig, [two_level_profile()])
         assert (note is None) if want is None else (want in note and "not priced here" in note), (cmd, note)
         assert (want is None) == all("Python interpreter" not in n for n in pp.predict(sig, [two_level_profile()]).notes)
     root = Path(__file__).resolve().parents[1] / "signatures"
@@ -290,6 +290,45 @@ def test_interpreter_note_names_a_python_caller():
     n = int(ev[~ev["op"].isin((int(Op.INIT), int(Op.FINALIZE)))].groupby("rank").size().max())
     assert f"(libpython3.11.so.1.0; {n} calls on its busiest rank)" in pp.interpreter_note(cg)
     assert pp.interpreter_note(load_signature(root / "stencil2d-n2-128")) is None
+
+
+def test_interpreter_cost_added_to_a_python_programs_calls(files, capsys):
+    """pmac.interpreter: a Python program's calls to a peer pay the profile's interpreter figure
+    (point-to-point here), at the call's start. In the measured ping-pong (bursts of 1 ms, 3
+    iterations) the receives are posted long before their message, so only the sends' cost is on the
+    path: the makespan grows by 2 x 3 x the figure, each rank's communication by 6 x (its 6 calls);
+    a C program, ``interpreter=False`` and a profile without the figure move nothing; the notes say
+    which."""
+    x = 0.7e-6
+    base = pingpong_signature()
+    py = dataclasses.replace(base, header=dataclasses.replace(base.header, command="mpiexec -n 2 python app.py"))
+    plain = two_level_profile()
+    priced = dataclasses.replace(plain, network=dataclasses.replace(plain.network, interpreter_collective_s=5e-6,
+                                                                     interpreter_p2p_s=x))
+
+    def run(sig, prof, **kw):
+        pr = pp.predict(sig, [prof], burst_source="measured", **kw)
+        return pr.summary.iloc[0], pr.per_rank, pr.notes
+
+    s0, r0, _ = run(py, plain)
+    s1, r1, notes = run(py, priced)
+    assert s1.total_s - s0.total_s == pytest.approx(6 * x, rel=1e-6)
+    assert (r1.comm_s - r0.comm_s).to_numpy() == pytest.approx([6 * x, 6 * x], rel=1e-9)
+    assert (r1.compute_s.to_numpy() == r0.compute_s.to_numpy()).all()
+    assert "synth: calls made from the interpreter: +4.2 us of communication a rank (pmac.interpreter)" in notes
+    assert any("each call to a peer pays what the machine's interpreter test measured" in n for n in notes)
+    assert run(base, priced)[0].total_s == s0.total_s                       # a C program
+    assert run(py, priced, interpreter=False)[0].total_s == s0.total_s
+    assert any("synth without the network probe's interpreter test" in n for n in run(py, plain)[2])
+    # the CLI's switch
+    save_profile(priced, files / "priced.yaml")
+    save_signature(py, files / "sigs" / "py")
+    args = ["predict", str(files / "sigs" / "py"), str(files / "priced.yaml"), "--bursts", "measured", "--json"]
+    totals = []
+    for extra in ([], ["--no-interpreter"]):
+        assert main(args + extra) == 0
+        totals.append(json.loads(capsys.readouterr().out)["predictions"][0]["summary"][0]["total_s"])
+    assert totals[0] - totals[1] == pytest.approx(6 * x, rel=1e-6)
 
 
 def test_cli_errors(files, capsys):

@@ -37,6 +37,9 @@ def add_arguments(p):
     p.add_argument("--no-pollution", action="store_true",
                    help="do not charge a call for the caches its burst evicted (pmac.pollution: the profile's "
                         "links' pollution curves and the signature's reuse histograms)")
+    p.add_argument("--no-interpreter", action="store_true",
+                   help="price a Python program's calls as a C program's, without what the profile's interpreter "
+                        "test measured a call from Python to cost beyond them (pmac.interpreter)")
     p.add_argument("--noise", type=int, default=0, metavar="K",
                    help="replay K draws of the profile's noise (each core's slowdown over time, the noise "
                         "probe) and report the median draw (pmac.noise; default 0: none)")
@@ -320,7 +323,8 @@ def run(args) -> int:
         why_of = dict(zip((i for i, pr in enumerate(pairs_all) if pr is None), why_all))
     options = dict(ranks_per_node=args.ranks_per_node, burst_source=args.bursts, contention=args.contention,
                    measured_collectives=args.measured_collectives, collective_excess=not args.no_collective_excess,
-                   pollution=not args.no_pollution, noise=args.noise, capacity=args.capacity)
+                   pollution=not args.no_pollution, noise=args.noise, capacity=args.capacity,
+                   interpreter=not args.no_interpreter)
     preds, skipped, calls, funcs, bands = [], [], [], [], []
     for sp in sig_paths:
         sig = load_signature(sp)
