@@ -18,13 +18,21 @@ non-blocking forms, Sendrecv) the Sendrecv's; added to the call's start as pmac.
 is, and counted as communication. Waits, tests and local calls pay nothing.
 
 Why: cg_mpi4py-n2-3000 on the EPYC VM (28 Nov 2026, ``python bench/accuracy``'s ``call_costs``)
-traced its Allreduces at 1.73 us a call and its Sendrecvs at 1.45 us where the replay priced
-1.53 and 1.16 us from compiled loops: about 3 % of its run (5 % in other runs).
+traced its Allreduces at 1.73-2.24 us a call and its Sendrecvs at 1.45-1.89 us where the replay
+priced 1.53-1.63 and 1.16-1.41 us from compiled loops; its independent prediction ran -10.8 to
+-17.1 % short in six runs. With these figures (the test's, at MPI_THREAD_MULTIPLE: 0.22-0.32 us an
+Allreduce, 0.74-0.88 us a Sendrecv) the run of 03:48 predicted it at -8.1 % where it had been
+-17.1 % (``--no-interpreter``), and the replay of its traced bursts against that traced run's own
+timed region went from -9.6 to -1.6 %.
 
 Limits: the test calls back to back, with only the loop's own interpreter work between the
-calls; a program with more Python between its calls may evict more (the replayed price is then
-a lower bound). One figure per kind of call, taken at 8 B: the excess is a per-call cost, not a
-per-byte one (the interpreter does not touch the payload).
+calls. Its Sendrecv costs more from Python than cg_mpi4py's traced Sendrecvs show inside the call
+(0.15-0.48 us above the replay's price in five runs of 28 Nov, against the test's 0.74-0.88): the
+test's figure may include what lands outside the call (mpi4py's wrapper running colder, which a
+traced burst includes and a convolved one does not), not measured apart. One figure per kind of
+call, taken at 8 B: a per-call cost, not a per-byte one (the interpreter does not touch the
+payload). ``bench/accuracy``'s ``call_costs`` compares the calls' own durations, which leave out
+what is charged at a call's start (this cost and pmac.pollution's).
 """
 
 from __future__ import annotations

@@ -377,11 +377,12 @@ def pages_note(sig: Signature, profile: MachineProfile) -> str | None:
             f"than it ran on (pmac probe --pages {'default' if probe_huge else 'huge'} probes them as it ran)")
 
 
-def interpreter_note(sig: Signature, profiles: Sequence[MachineProfile] = ()) -> str | None:
+def interpreter_note(sig: Signature, profiles: Sequence[MachineProfile] = (), *, priced: bool = True) -> str | None:
     """A note for a program that calls MPI from a Python interpreter (pmac.interpreter.python_program),
     None otherwise: the interpreter it runs in, its busiest rank's calls (Init and Finalize left
     out), and whether each profile prices the interpreter's cost to its calls (the network probe's
-    ``interpreter`` test, pmac.interpreter) or not (profiles probed before 28 Nov 2026)."""
+    ``interpreter`` test, pmac.interpreter) or not (profiles probed before 28 Nov 2026, or
+    ``priced=False``: pmac predict --no-interpreter)."""
     from .interpreter import has_figures, python_program
 
     found = python_program(sig.memory, sig.header.command)
@@ -390,14 +391,16 @@ def interpreter_note(sig: Signature, profiles: Sequence[MachineProfile] = ()) ->
     ev = sig.events
     calls = ev.loc[~ev["op"].isin((int(Op.INIT), int(Op.FINALIZE)))].groupby("rank").size()
     n = int(calls.max()) if len(calls) else 0
-    lacking = [p.name for p in profiles if not has_figures(p.network)]
     head = f"the program calls MPI from a Python interpreter ({found}; {n} calls on its busiest rank)"
+    why = ("what an interpreter between calls adds to each is not priced here (0-0.9 us an 8 B call on the EPYC VM, "
+           "the README's network section)")
+    if not priced:
+        return head + f": its calls are priced as a C program's (--no-interpreter): {why}"
+    lacking = [p.name for p in profiles if not has_figures(p.network)]
     if not lacking:
         return head + ": each call to a peer pays what the machine's interpreter test measured (pmac.interpreter)"
     return (head + f": {', '.join(lacking)} without the network probe's interpreter test (probed before 28 Nov "
-            "2026 or with the Python backend): its calls are priced as a C program's, not priced here what an "
-            "interpreter between calls adds to each (back to back, +0.25-0.6 us a small call on the "
-            "development VMs, bench/call_interplay; pmac probe again to measure it)")
+            f"2026, or with the Python backend; pmac probe measures it): priced as a C program's calls, {why}")
 
 
 def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
@@ -428,7 +431,7 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
             raise MissingSectionError(f"machine '{p.name}'", lacking[0], needed_by=f"predict {sig.name}")
     profiles, level_notes = at_thread_level(profiles, sig.header.mpi_thread_level)
     notes += level_notes
-    if (inote := interpreter_note(sig, profiles)) is not None:
+    if (inote := interpreter_note(sig, profiles, priced=interpreter)) is not None:
         notes.append(inote)
     python = inote is not None
     rpns = [ranks_per_node_for(p, ranks_per_node) for p in profiles]

@@ -318,7 +318,10 @@ def test_interpreter_cost_added_to_a_python_programs_calls(files, capsys):
     assert "synth: calls made from the interpreter: +4.2 us of communication a rank (pmac.interpreter)" in notes
     assert any("each call to a peer pays what the machine's interpreter test measured" in n for n in notes)
     assert run(base, priced)[0].total_s == s0.total_s                       # a C program
-    assert run(py, priced, interpreter=False)[0].total_s == s0.total_s
+    s2, _, notes2 = run(py, priced, interpreter=False)
+    assert s2.total_s == s0.total_s
+    assert any("priced as a C program's (--no-interpreter)" in n and "not priced here" in n for n in notes2)
+    assert not any("calls made from the interpreter" in n for n in notes2)
     assert any("synth without the network probe's interpreter test" in n for n in run(py, plain)[2])
     # the CLI's switch
     save_profile(priced, files / "priced.yaml")
