@@ -18,16 +18,16 @@ non-blocking forms, Sendrecv) the Sendrecv's; added to the call's start as pmac.
 is, and counted as communication. Waits, tests and local calls pay nothing.
 
 Why: cg_mpi4py-n2-3000 on the EPYC VM (28 Nov 2026, ``python bench/accuracy``'s ``call_costs``)
-traced its Allreduces at 1.73-2.24 us a call and its Sendrecvs at 1.45-1.89 us where the replay
-priced 1.53-1.63 and 1.16-1.41 us from compiled loops; its independent prediction ran -10.8 to
+traced its Allreduces at 1.72-3.25 us a call and its Sendrecvs at 1.45-2.75 us where the replay
+priced 1.53-2.07 and 1.16-1.56 us from compiled loops; its independent prediction ran -10.8 to
 -17.1 % short in six runs. With these figures (the test's, at MPI_THREAD_MULTIPLE: 0.22-0.32 us an
-Allreduce, 0.74-0.88 us a Sendrecv) the run of 03:48 predicted it at -8.1 % where it had been
--17.1 % (``--no-interpreter``), and the replay of its traced bursts against that traced run's own
-timed region went from -9.6 to -1.6 %.
+Allreduce, 0.74-0.88 us a Sendrecv) the five runs of 03:48-04:47 predicted it at -10.5 to +1.3 %,
+where the same runs with ``--no-interpreter`` give -7.7 to -18.8 % (four of five beyond 15 %);
+cg_mpi4py-n2-200000 (800 calls in 58 ms) moved by +0.5 points.
 
 Limits: the test calls back to back, with only the loop's own interpreter work between the
 calls. Its Sendrecv costs more from Python than cg_mpi4py's traced Sendrecvs show inside the call
-(0.15-0.48 us above the replay's price in five runs of 28 Nov, against the test's 0.74-0.88): the
+(0.15-0.57 us above the replay's price in seven runs of 28 Nov, against the test's 0.74-0.88): the
 test's figure may include what lands outside the call (mpi4py's wrapper running colder, which a
 traced burst includes and a convolved one does not), not measured apart. One figure per kind of
 call, taken at 8 B: a per-call cost, not a per-byte one (the interpreter does not touch the
