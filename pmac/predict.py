@@ -313,6 +313,12 @@ def _pollution_s(sig: Signature, ex, ba: BurstArrays | None, p: MachineProfile,
 
     x = event_excess(sig.events, ba, p.node.caches, p.network.intra_node, p.network.inter_node, placement,
                      sig.comms)
+    return _on_replayed(ex, x)
+
+
+def _on_replayed(ex, x: np.ndarray) -> np.ndarray:
+    """A per-event cost of the signature's events on the replayed events (pmac.expand): each
+    signature event's on the first event it expanded to, 0 on the others."""
     return np.where(ex.first, x[ex.source_row], 0.0) if ex.changed else x
 
 
@@ -324,8 +330,7 @@ def _interpreter_s(sig: Signature, ex, p: MachineProfile, placement: np.ndarray)
     net = p.network
     if not has_figures(net):
         return None
-    x = event_excess(sig.events, net, placement, sig.comms)
-    return np.where(ex.first, x[ex.source_row], 0.0) if ex.changed else x
+    return _on_replayed(ex, event_excess(sig.events, net, placement, sig.comms))
 
 
 def _sum_or_none(*xs: np.ndarray | None) -> np.ndarray | None:
@@ -535,15 +540,12 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         else:
             r = replayed(None, timeline)
         if call_s is not None:  # inside the call, not compute
-            ranks = sig_r.events["rank"].to_numpy(np.int64)
-            xr = np.bincount(ranks, weights=call_s, minlength=n)[:n]
+            xr = np.bincount(sig_r.events["rank"].to_numpy(np.int64), weights=call_s, minlength=n)[:n]
             r = dataclasses.replace(r, compute_s=r.compute_s - xr, comm_s=r.comm_s + xr)
-            for x, what in ((pol_s, "calls after bursts that evicted the caches"),
-                            (int_s, "calls made from the interpreter")):
+            for x, what, mod in ((pol_s, "calls after bursts that evicted the caches", "pmac.pollution"),
+                                 (int_s, "calls made from the interpreter", "pmac.interpreter")):
                 if x is not None and x.any():
-                    per = np.bincount(ranks, weights=x, minlength=n)[:n]
-                    mod = "pmac.pollution" if x is pol_s else "pmac.interpreter"
-                    notes.append(f"{p.name}: {what}: +{format_quantity(float(per.mean()), 's')} of communication "
+                    notes.append(f"{p.name}: {what}: +{format_quantity(float(x.sum()) / n, 's')} of communication "
                                  f"a rank ({mod})")
         notes += [f"{p.name}: {x}" for x in r.notes]
         crit_rank = int(np.argmax(r.finish_s))
