@@ -725,11 +725,7 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_
                     a = np.ones(count, np.float64)
                     b = np.zeros(count, np.float64)
                     if compiled is None:
-                        call = collective_call(op, sub, a, b, MPI.SUM)
-
-                        def calls(k, call=call):
-                            for _ in range(k):
-                                call()
+                        calls = _repeat(collective_call(op, sub, a, b, MPI.SUM))
                     else:
                         def calls(k, op=op, a=a, b=b):
                             compiled(op, sub, a, b, k)
@@ -763,6 +759,14 @@ def _collectives(comm, ids, *, quick: bool, reps: int, batch_s: float, max_call_
 INTERPRETER_OPS = ("py_allreduce", "c_allreduce", "py_sendrecv", "c_sendrecv")
 
 
+def _repeat(call):
+    """``calls(k)``: ``k`` calls of ``call()`` back to back, from the interpreter."""
+    def calls(k):
+        for _ in range(k):
+            call()
+    return calls
+
+
 def _interpreter_calls(comm, ids, compiled, *, reps: int, batch_s: float) -> list[tuple]:
     """Rows of the ``interpreter`` test (ranks 0 and 1; rows on rank 0): an 8 B Allreduce and an
     8 B Sendrecv between the two, back to back, from an mpi4py loop and from the compiled loop
@@ -784,19 +788,13 @@ def _interpreter_calls(comm, ids, compiled, *, reps: int, batch_s: float) -> lis
         a, b = np.ones(1), np.zeros(1)
         self_ = MPI.COMM_SELF
 
-        def repeat(call):
-            def calls(k):
-                for _ in range(k):
-                    call()
-            return calls
-
         def loops(name):
             if name == "allreduce":
-                return {"py": (2, repeat(lambda: sub.Allreduce(a, b, op=MPI.SUM))),
-                        "own": (1, repeat(lambda: self_.Allreduce(a, b, op=MPI.SUM))),
+                return {"py": (2, _repeat(lambda: sub.Allreduce(a, b, op=MPI.SUM))),
+                        "own": (1, _repeat(lambda: self_.Allreduce(a, b, op=MPI.SUM))),
                         "c": (2, lambda k: compiled("allreduce", sub, a, b, k))}
-            return {"py": (2, repeat(lambda: sub.Sendrecv(a, peer, 0, b, peer, 0))),
-                    "own": (1, repeat(lambda: sub.Sendrecv(a, MPI.PROC_NULL, 0, b, MPI.PROC_NULL, 0))),
+            return {"py": (2, _repeat(lambda: sub.Sendrecv(a, peer, 0, b, peer, 0))),
+                    "own": (1, _repeat(lambda: sub.Sendrecv(a, MPI.PROC_NULL, 0, b, MPI.PROC_NULL, 0))),
                     "c": (2, lambda k: compiled("sendrecv", sub, a, b, k, peer))}
 
         for name in ("allreduce", "sendrecv"):
@@ -826,10 +824,11 @@ def _interpreter_calls(comm, ids, compiled, *, reps: int, batch_s: float) -> lis
 def compiled_collectives():
     """``timed(op, comm, a, b, k, peer=-1)``: ``k`` calls of ``op`` (``COLL_OPS``, float64 buffers ``a``
     / ``b``, sum, bcast's root moving every call as in :func:`collective_call`; or ``sendrecv``: ``a``
-    to ``peer`` and ``b`` from it, tag 0) on the mpi4py communicator ``comm``, in a numba loop calling the MPI library's C functions through ctypes
-    (the library mpi4py loaded): no interpreter between the calls, as in a C program. numba-mpi
-    has no alltoall and works on MPI_COMM_WORLD only, hence these four. Not cacheable (ctypes
-    function pointers): one loop for the four, compiled once a probe, before it returns."""
+    to ``peer`` and ``b`` from it, tag 0) on the mpi4py communicator ``comm``, in a numba loop
+    calling the MPI library's C functions through ctypes (the library mpi4py loaded): no
+    interpreter between the calls, as in a C program. numba-mpi has no alltoall and works on
+    MPI_COMM_WORLD only, hence our own bindings. Not cacheable (ctypes function pointers): one loop
+    for the five, compiled once a probe, before it returns."""
     import ctypes
 
     import numba
