@@ -169,27 +169,31 @@ def test_refit_at_a_slow_quantile():
 def test_refit_fits_the_network_at_the_statistics_quantile():
     """The network follows the statistic as the node does (pmac.pool.network_quantile_of): ``best``
     at pmac probe's lower quartile, ``median`` at 0.5, q at q: a 2-rank 8 B allreduce at that
-    quantile of its repetitions less the one-rank call's at the same quantile (hand-computed here
-    from the sidecar, pmac.fit_network.fit_collectives); the thread-level variant from its own
-    tables alike."""
+    quantile of its repetitions, less the one-rank call's at the same quantile where the probe timed
+    the collectives in mpi4py loops (xeon-vm), as they are where it timed them in compiled loops
+    (epyc-vm, probed since 28 Nov) (hand-computed here from the sidecars,
+    pmac.fit_network.fit_collectives); the thread-level variant from its own tables alike."""
     from pmac.pool import network_quantile_of
 
     assert [network_quantile_of(s) for s in ("best", "median", "0.7")] == [0.25, 0.5, 0.7]
-    prof, raw = _load("epyc-vm")
-    got = {}
-    for stat, q in (("best", 0.25), ("median", 0.5), ("0.75", 0.75)):
-        fitted = refit(prof, raw, statistic=stat)
-        for net, table in ((fitted.network, "collective"), (fitted.network_variants[0], "collective_multiple")):
-            c = raw[table]
-            ar = c[(c.op == "allreduce") & (c.placement == "intra_node")]
-            floor = ar[(ar.n_ranks == 1) & (ar.msg_bytes == ar[ar.n_ranks == 1].msg_bytes.min())].time_s.quantile(q)
-            low = ar[(ar.n_ranks == 2) & (ar.msg_bytes == 8)].time_s.quantile(q)
-            cost = next(x for x in net.collectives if (x.op, x.msg_bytes, x.n_ranks, x.placement) ==
-                        ("allreduce", 8, 2, "intra_node"))
-            assert cost.time_s == pytest.approx(max(low - floor, 0.05 * low), rel=1e-12)
-            got[stat, table] = cost.time_s
-    for table in ("collective", "collective_multiple"):   # (not monotone: the floor moves with q too)
-        assert len({got[s, table] for s in ("best", "median", "0.75")}) == 3
+    for name, loop in (("xeon-vm", "mpi4py"), ("epyc-vm", "compiled")):
+        prof, raw = _load(name)
+        assert prof.network.collective_loop == loop
+        got = {}
+        for stat, q in (("best", 0.25), ("median", 0.5), ("0.75", 0.75)):
+            fitted = refit(prof, raw, statistic=stat)
+            for net, table in ((fitted.network, "collective"), (fitted.network_variants[0], "collective_multiple")):
+                c = raw[table]
+                ar = c[(c.op == "allreduce") & (c.placement == "intra_node")]
+                one = ar[ar.n_ranks == 1]
+                floor = one[one.msg_bytes == one.msg_bytes.min()].time_s.quantile(q) if loop == "mpi4py" else 0.0
+                low = ar[(ar.n_ranks == 2) & (ar.msg_bytes == 8)].time_s.quantile(q)
+                cost = next(x for x in net.collectives if (x.op, x.msg_bytes, x.n_ranks, x.placement) ==
+                            ("allreduce", 8, 2, "intra_node"))
+                assert cost.time_s == pytest.approx(max(low - floor, 0.05 * low), rel=1e-12), (name, stat, table)
+                got[stat, table] = cost.time_s
+        for table in ("collective", "collective_multiple"):   # (not monotone: the floor moves with q too)
+            assert len({got[s, table] for s in ("best", "median", "0.75")}) == 3, (name, table)
 
 
 def test_describe_names_each_statistic_and_refuses_an_unknown_one():
