@@ -333,6 +333,15 @@ def _interpreter_s(sig: Signature, ex, p: MachineProfile, placement: np.ndarray)
     return _on_replayed(ex, event_excess(sig.events, net, placement, sig.comms))
 
 
+def _per_call(events: pd.DataFrame, x: np.ndarray, rows: pd.DataFrame) -> np.ndarray:
+    """A per-event cost of the replayed ``events`` summed per call (rank, seq) and read at the
+    timeline's ``rows`` (0 where a call has none)."""
+    by_call = pd.Series(x, index=pd.MultiIndex.from_arrays([events["rank"].to_numpy(), events["seq"].to_numpy()]))
+    by_call = by_call.groupby(level=[0, 1]).sum()
+    return by_call.reindex(pd.MultiIndex.from_arrays([rows["rank"].to_numpy(), rows["seq"].to_numpy()])
+                           ).fillna(0.0).to_numpy()
+
+
 def _sum_or_none(*xs: np.ndarray | None) -> np.ndarray | None:
     """The sum of the arrays given, None when all are None."""
     got = [x for x in xs if x is not None]
@@ -562,6 +571,8 @@ def predict(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_nod
         if timeline and r.timeline is not None:
             t = collapse_timeline(r.timeline, ev) if ex.changed else r.timeline
             t = t.sort_values(["rank", "seq"], kind="stable").reset_index(drop=True)
+            if call_s is not None:      # the charges are inside the call: it starts that much earlier
+                t = t.assign(start_s=t["start_s"] - _per_call(sig_r.events, call_s, t))
             prev_end = t.groupby("rank")["end_s"].shift(1).fillna(0.0)
             tl.append(pd.DataFrame(dict(machine=p.name, rank=t["rank"], seq=t["seq"],
                                         op=[op_name(o) for o in t["op"]], burst_start_s=prev_end,

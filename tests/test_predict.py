@@ -334,6 +334,32 @@ def test_interpreter_cost_added_to_a_python_programs_calls(files, capsys):
     assert totals[0] - totals[1] == pytest.approx(6 * x, rel=1e-6)
 
 
+
+def test_timeline_puts_the_interpreters_charge_inside_the_call():
+    """The charges at a call's start (pmac.interpreter, pmac.pollution) are communication: in the
+    timeline they lengthen the call, not the burst before it. With the interpreter's figure x on
+    the measured ping-pong (bursts of 1 ms): every burst (``start_s - burst_start_s``) is the one
+    without the figure, each send is x longer, and per rank the calls add up to its communication
+    and wait, as without the figure."""
+    x = 0.7e-6
+    base = pingpong_signature()
+    py = dataclasses.replace(base, header=dataclasses.replace(base.header, command="mpiexec -n 2 python app.py"))
+    plain = two_level_profile()
+    priced = dataclasses.replace(plain, network=dataclasses.replace(plain.network, interpreter_p2p_s=x))
+    got = {}
+    for name, prof in (("plain", plain), ("priced", priced)):
+        pr = pp.predict(py, [prof], burst_source="measured", timeline=True)
+        t = pr.timeline.sort_values(["rank", "seq"]).reset_index(drop=True)
+        calls = (t.end_s - t.start_s).groupby(t["rank"]).sum().to_numpy()
+        assert calls == pytest.approx((pr.per_rank.comm_s + pr.per_rank.wait_s).to_numpy(), rel=1e-12, abs=1e-15)
+        got[name] = t
+    a, b = got["plain"], got["priced"]
+    assert (b.start_s - b.burst_start_s).to_numpy() == pytest.approx((a.start_s - a.burst_start_s).to_numpy(),
+                                                                       rel=0, abs=1e-12)
+    sends = (a.op == "SEND").to_numpy()
+    assert sends.sum() == 6
+    assert ((b.end_s - b.start_s) - (a.end_s - a.start_s)).to_numpy()[sends] == pytest.approx([x] * 6, rel=1e-6)
+
 def test_cli_errors(files, capsys):
     assert main(["predict", str(files / "nothere.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err
