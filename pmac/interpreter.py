@@ -31,8 +31,9 @@ calls. Its Sendrecv costs more from Python than cg_mpi4py's traced Sendrecvs sho
 test's figure may include what lands outside the call (mpi4py's wrapper running colder, which a
 traced burst includes and a convolved one does not), not measured apart. One figure per kind of
 call, taken at 8 B: a per-call cost, not a per-byte one (the interpreter does not touch the
-payload). ``bench/accuracy``'s ``call_costs`` compares the calls' own durations, which leave out
-what is charged at a call's start (this cost and pmac.pollution's).
+payload). The cost is inside the call: ``pmac predict``'s timeline starts the call that much
+earlier, so ``--calls`` and ``bench/accuracy``'s ``call_costs`` count it (since 28 Nov 2026 07:00;
+before, they left out what is charged at a call's start, this cost and pmac.pollution's).
 """
 
 from __future__ import annotations
