@@ -152,3 +152,58 @@ def with_loop_reps(raw: dict, seconds: np.ndarray) -> dict:
     out = dict(raw)
     out["compute"] = RAW_TABLES["compute"].coerce(pd.concat([keep, new], ignore_index=True))
     return out
+
+
+#: a repetition this many times the time of its point's fastest tenth ran in a slow state
+SLOW_STATE_RATIO = 1.3
+#: the share of a kernel's repetitions in a slow state from which its probes met two states
+SLOW_STATE_SHARE = 0.15
+
+
+def slow_shares(comp: pd.DataFrame) -> dict[str, float]:
+    """Of the two kernels that follow a shared host's slow state (the module docstring: the scalar
+    flop loop and a loop's own work), the share of a raw ``compute`` table's repetitions that took
+    :data:`SLOW_STATE_RATIO` times the time of the fastest tenth or more. A kernel without
+    repetitions is left out."""
+    out = {}
+    for name, rows, larger_is_better in (("scalar flop", comp["probe"] == "flop_scalar", True),
+                                         ("loop work", _loop_rows(comp), False)):
+        v = comp.loc[rows, "value"].to_numpy(dtype=np.float64)
+        v = v[np.isfinite(v) & (v > 0)]
+        if v.size:
+            t = 1.0 / v if larger_is_better else v
+            out[name] = float(np.mean(t >= SLOW_STATE_RATIO * np.quantile(t, 0.1)))
+    return out
+
+
+def two_states_note(comp: pd.DataFrame) -> str | None:
+    """One sentence when a profile's probes met the machine in two states (a kernel of
+    :func:`slow_shares` with :data:`SLOW_STATE_SHARE` of its repetitions or more in a slow one),
+    else None. Why it matters: a pooled profile's median lands in whichever state most of its
+    repetitions ran in, and the predictions made with it are for that state (on pmac's EPYC VM of
+    28 Nov 2026 one sitting of four probes priced a loop's work at 0.56 ns, 24 probes over two hours
+    at 0.33: README, machines/README.md)."""
+    slow = {k: s for k, s in slow_shares(comp).items() if s >= SLOW_STATE_SHARE}
+    if not slow:
+        return None
+    which = ", ".join(f"{k} {100 * s:.0f} %" for k, s in slow.items())
+    return (f"the probes met the machine in two states ({which} of the repetitions took "
+            f"{SLOW_STATE_RATIO:g}x the fastest tenth's time or more): its figures are for the state most "
+            "repetitions ran in; pmac check says which state the machine is in now, pmac predict --band "
+            "spans both")
+
+
+def two_states_of(profile, path) -> str | None:
+    """:func:`two_states_note` of a profile's raw sidecar (``path``: the profile's YAML); None
+    without a readable one (an imported or combined profile has none; a damaged one is for pmac pool
+    or pmac predict --band to refuse, not for a note)."""
+    from .errors import InputError
+    from .profile import load_raw
+
+    if not profile.raw_file:
+        return None
+    try:
+        comp = load_raw(profile, path).get("compute")
+    except InputError:
+        return None
+    return None if comp is None else two_states_note(comp)

@@ -73,3 +73,69 @@ def test_synchronised_loop_takes_the_slower_cpu_and_replaces_the_kernels_reps():
         with_loop_reps(raw, np.array([]))
     with pytest.raises(ValueError, match="needs positive seconds"):
         with_loop_reps(raw, np.array([1e-9, np.nan]))
+
+
+def _comp(flops, loop_s):
+    rows = [dict(probe="flop_scalar", param=64.0, rep=i, value=v) for i, v in enumerate(flops)]
+    rows += [dict(probe="branch", param=0.0, rep=i, value=v) for i, v in enumerate(loop_s)]
+    rows += [dict(probe="branch", param=0.5, rep=0, value=9e-9)]      # another point: not the loop
+    return pd.DataFrame(rows)
+
+
+def test_two_states_by_hand():
+    """pmac.state.slow_shares / two_states_note: 80 repetitions of the scalar flop at 10 Gflop/s and
+    20 at 7 (1.43x the time: slow), the loop work 100 at 0.31 ns and 5 at 0.6 (4.8 %): the flop's
+    20 % names two states, the loop's 4.8 % does not; one state (a spread of 5 %) gives no note."""
+    from pmac.state import slow_shares, two_states_note
+
+    comp = _comp([10e9] * 80 + [7e9] * 20, [0.31e-9] * 100 + [0.6e-9] * 5)
+    shares = slow_shares(comp)
+    assert shares["scalar flop"] == pytest.approx(0.20)
+    assert shares["loop work"] == pytest.approx(5 / 105)
+    note = two_states_note(comp)
+    assert note.startswith("the probes met the machine in two states (scalar flop 20 % of the repetitions took "
+                           "1.3x the fastest tenth's time or more): ")
+    assert "loop work" not in note
+    steady = _comp(np.linspace(9.5e9, 10e9, 50), np.linspace(0.31e-9, 0.325e-9, 50))
+    assert slow_shares(steady) == {"scalar flop": 0.0, "loop work": 0.0}
+    assert two_states_note(steady) is None
+    assert slow_shares(_comp([], [])) == {}
+
+
+def test_pool_and_show_say_the_probes_met_two_states(tmp_path, capsys):
+    """pmac pool prints the note of its pooled repetitions, pmac show the note of a profile's raw
+    sidecar: the four probes of the shipped EPYC VM profile taken at 05:50 on 28 Nov 2026 met the
+    host in both its states (the note names the shares computed here from the pooled repetitions),
+    the four of 04:03 in one (no note), and a profile without a sidecar has none."""
+    from pathlib import Path
+
+    from pmac.cli import main
+    from pmac.profile import load_profile, load_raw
+    from pmac.state import SLOW_STATE_RATIO, SLOW_STATE_SHARE
+
+    repo = Path(__file__).resolve().parents[1]
+    rounds = repo / "machines" / "epyc-vm.rounds"
+    assert main(["pool", "--name", "one", "--statistic", "median", "--out-dir", str(tmp_path)]
+                + [str(r) for r in sorted(rounds.glob("T0403-round-*/epyc-vm.yaml"))]) == 0
+    assert "two states" not in capsys.readouterr().out
+    assert main(["show", str(tmp_path / "one.yaml")]) == 0
+    assert "two states" not in capsys.readouterr().out
+    assert main(["pool", "--name", "two", "--statistic", "median", "--out-dir", str(tmp_path)]
+                + [str(r) for r in sorted(rounds.glob("T0550-round-*/epyc-vm.yaml"))]) == 0
+    out = capsys.readouterr().out
+    prof = load_profile(tmp_path / "two.yaml")
+    comp = load_raw(prof, tmp_path / "two.yaml")["compute"]
+    by_hand = {}
+    for name, t in (("scalar flop", 1.0 / comp[comp.probe == "flop_scalar"].value.to_numpy()),
+                    ("loop work", comp[(comp.probe == "branch") & (comp.param == 0.0)].value.to_numpy())):
+        by_hand[name] = float(np.mean(t >= SLOW_STATE_RATIO * np.quantile(t, 0.1)))
+    named = {k: v for k, v in by_hand.items() if v >= SLOW_STATE_SHARE}
+    assert set(named) == {"scalar flop", "loop work"}, by_hand      # these four probes met both states
+    lines = [x for x in out.splitlines() if x.startswith("  note: the probes met the machine in two states")]
+    assert len(lines) == 1
+    assert lines[0].startswith("  note: the probes met the machine in two states (" +
+                               ", ".join(f"{k} {100 * v:.0f} %" for k, v in named.items()) + " of the repetitions")
+    assert main(["show", str(tmp_path / "two.yaml")]) == 0
+    assert lines[0].strip() in capsys.readouterr().out.splitlines()
+    assert main(["show", str(repo / "machines" / "skylakesp-gold6148.yaml")]) == 0     # no sidecar
+    assert "two states" not in capsys.readouterr().out

@@ -99,6 +99,12 @@ def run(args) -> int:
     lacking = prof.missing()
     if lacking:
         print(f"  profile lacks: {', '.join(lacking)}")
+    from pathlib import Path
+
+    from ..state import two_states_of
+
+    if (states := two_states_of(prof, Path(args.out_dir) / f"{prof.name}.yaml")) is not None:
+        print(f"  note: {states}")
     return 0
 
 

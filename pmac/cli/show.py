@@ -35,6 +35,10 @@ def run(args) -> int:
     from ..report_profile import format_profile, plot_profile
 
     print(format_profile(prof))
+    from ..state import two_states_of
+
+    if (states := two_states_of(prof, path)) is not None:
+        print(f"note: {states}")
     if args.plot:
         plot_profile(prof, args.plot)
         print(f"wrote {args.plot}")
