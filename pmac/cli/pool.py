@@ -47,8 +47,8 @@ def run(args) -> int:
           f"SIMD {node.compute.flop_per_s_simd / 1e9:.2f}; "
           f"memory load bandwidth 1 core {node.memory.bandwidth_1core_bytes_per_s.get('load_unit', 0) / 1e9:.1f} GB/s"
           + (f"; overlap beta {prof.overlap.params.get('beta', float('nan')):.3f}" if prof.overlap else ""))
-    from ..state import two_states_of
+    from ..state import two_states_note
 
-    if (states := two_states_of(prof, out)) is not None:
+    if (states := two_states_note(raw["compute"])) is not None:      # the repetitions just written
         print(f"  note: {states}")
     return 0
