@@ -441,17 +441,22 @@ def test_divmix_kernels_compile_scalar_and_scale_with_their_terms():
 
 
 
-def _anon_huge_kib() -> int:
+#: run in a fresh interpreter per mode: a buffer of 64 MiB allocated under ``pm.pages(mode)``;
+#: prints whether its mapping was madvised for huge pages (VmFlags 'hg') and how many KiB of
+#: anonymous huge pages the allocation brought
+_PAGES_CHILD = r"""
+import json, sys
+from pathlib import Path
+from probes import memory as pm
+
+def anon_huge_kib():
     for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
         if line.startswith("AnonHugePages:"):
             return int(line.split()[1])
-    raise AssertionError("no AnonHugePages in smaps_rollup")
+    raise SystemExit("no AnonHugePages in smaps_rollup")
 
-
-def _asked_for_huge_pages(buf) -> bool:
-    """Whether the mapping that holds ``buf``'s data was madvised for huge pages (VmFlags 'hg')."""
-    addr = buf.ctypes.data
-    inside = False
+def asked_for_huge_pages(buf):
+    addr, inside = buf.ctypes.data, False
     for line in Path("/proc/self/smaps").read_text().splitlines():
         head = line.split()[0] if line else ""
         if "-" in head and ":" not in head:
@@ -459,40 +464,49 @@ def _asked_for_huge_pages(buf) -> bool:
             inside = lo <= addr < hi
         elif inside and line.startswith("VmFlags:"):
             return "hg" in line.split()[1:]
-    raise AssertionError(f"no mapping holds 0x{addr:x}")
+    raise SystemExit(f"no mapping holds 0x{addr:x}")
+
+with pm.pages(sys.argv[1]):
+    k0 = anon_huge_kib()
+    buf = pm.aligned_full(8 << 20, 1.0)      # 64 MiB, touched
+    print(json.dumps([asked_for_huge_pages(buf), anon_huge_kib() - k0]))
+"""
 
 
 def test_pages_modes_reach_the_buffers_and_are_restored():
     """--pages: with transparent huge pages in 'madvise' mode, a probe buffer of 64 MiB gets huge
     pages only when asked for ('huge'), none by default; the setting is restored afterwards."""
+    import json
+    import subprocess
+    import sys
     if pm.thp_setting() != "madvise" or not Path("/proc/self/smaps_rollup").exists():
         pytest.skip(f"transparent huge pages are {pm.thp_setting()!r}, not 'madvise': both modes give the same pages")
     from numpy._core import multiarray
     before = (multiarray._get_madvise_hugepage(), os.environ.get("NUMPY_MADVISE_HUGEPAGE"))
-    got, asked = {}, {}
     for mode in ("default", "huge"):
         with pm.pages(mode):
             assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == ("1" if mode == "huge" else "0")
             assert multiarray._get_madvise_hugepage() == (mode == "huge")
-            # the kernel may have no huge page at hand for a moment (a CI run once got none), and
-            # malloc may hand back a region this process had asked huge pages for before (a CI run
-            # of 28 Nov 2026 once found the flag on a default buffer's mapping): the request is
-            # checked on the mapping itself, up to three times, each buffer kept while the next is
-            # allocated so that each lands in memory of its own
-            held = []
-            for _ in range(3):
-                k0 = _anon_huge_kib()
-                buf = pm.aligned_full(8 << 20, 1.0)      # 64 MiB, touched
-                got[mode] = _anon_huge_kib() - k0
-                asked[mode] = _asked_for_huge_pages(buf)
-                held.append(buf)
-                if (mode == "default" and not asked[mode]) or (mode == "huge" and got[mode] >= 2048):
-                    break
-            del held, buf
-    assert asked == {"default": False, "huge": True}
-    assert got["default"] == 0 and got["huge"] >= 2048
     assert (multiarray._get_madvise_hugepage(), os.environ.get("NUMPY_MADVISE_HUGEPAGE")) == before
     assert pm.pages_in_effect("default") == "4 KiB pages: huge pages not asked for (transparent huge pages: madvise)"
+    # what the buffers get, each mode in a fresh interpreter: in this one, malloc may hand back memory
+    # an earlier test had asked huge pages for (CI runs of 28 Nov 2026 twice found the flag on a
+    # default buffer's mapping, even with three buffers held at once); the kernel may have no huge
+    # page at hand for a moment (a CI run once got none), so 'huge' is given three tries
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root)] + [p for p in [env.get("PYTHONPATH")] if p])
+    got = {}
+    for mode in ("default", "huge"):
+        for _ in range(3):
+            r = subprocess.run([sys.executable, "-c", _PAGES_CHILD, mode], capture_output=True, text=True,
+                               env=env, timeout=120)
+            assert r.returncode == 0, r.stderr
+            got[mode] = tuple(json.loads(r.stdout))
+            if mode == "default" or got[mode][1] >= 2048:
+                break
+    assert got["default"] == (False, 0)
+    assert got["huge"][0] is True and got["huge"][1] >= 2048
 
 
 def test_pages_in_words_and_a_bad_mode():
