@@ -145,7 +145,7 @@ def network_quantile_of(statistic: str | float) -> float:
     own rule there, the lower quartile (pmac.fit_network.QUANTILE); ``median`` and a number q, as
     for the node's points (0.5, q). Until 27 Nov 2026 the network stayed at the lower quartile
     whatever the statistic: a profile pooled at the median priced its calls faster than its
-    bursts (README)."""
+    bursts (docs/accuracy.md)."""
     from .fit_network import QUANTILE
 
     q = slow_quantile_of(statistic)

@@ -377,7 +377,7 @@ def edge_notes(sig: Signature, profiles: Sequence[MachineProfile], active_cores:
 def pages_note(sig: Signature, profile: MachineProfile) -> str | None:
     """A note when the traced program's memory and the profile's memory probe were on different
     pages (huge or 4 KiB): beyond the L2 a probe on huge pages measures faster memory than a
-    program on 4 KiB pages sees (README, probing: 4-17 % for loads on the Xeon VM). None when they
+    program on 4 KiB pages sees (docs/probing.md: 4-17 % for loads on the Xeon VM). None when they
     agree or either is not recorded (signatures traced before stop 32, profiles before stop 31)."""
     frac = huge_page_fraction(sig.header)
     pages = profile.provenance.get("pages")
@@ -407,7 +407,7 @@ def interpreter_note(sig: Signature, profiles: Sequence[MachineProfile] = (), *,
     n = int(calls.max()) if len(calls) else 0
     head = f"the program calls MPI from a Python interpreter ({found}; {n} calls on its busiest rank)"
     why = ("what an interpreter between calls adds to each is not priced here (0-0.9 us an 8 B call on the EPYC VM, "
-           "the README's network section)")
+           "docs/probing.md, network probe)")
     if not priced:
         return head + f": its calls are priced as a C program's (--no-interpreter): {why}"
     lacking = [p.name for p in profiles if not has_figures(p.network)]

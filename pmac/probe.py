@@ -115,7 +115,7 @@ class _ComputeRounds:
 #: how the probe's buffers get their pages by default (``pmac probe --pages``; probes/memory.py
 #: ``set_pages``): huge pages asked for, as every profile before the option was probed; a run with the
 #: probes on 4 KiB pages (``default``) was no more accurate on the Xeon VM, where no example case is
-#: priced at the memory plateau (README, accuracy)
+#: priced at the memory plateau (docs/accuracy.md)
 DEFAULT_PAGES = "huge"
 
 #: seconds of the noise probe's chunk, one beside each compute round (quick, full)

@@ -4,7 +4,7 @@ A profile is measured at one time. A shared host moves between states (another g
 cores, the cores' clock): on pmac's EPYC VM of 27 Nov 2026 the same program ran 1.8x slower for
 minutes at a time (``bench/host_modes``), and an accuracy run whose native runs met the host in
 its fast state was predicted to 4.6 % by its own probes and to 11.2 % (every case predicted slower
-than it ran) by a profile probed two hours before in the slow state (README). The check runs three of
+than it ran) by a profile probed two hours before in the slow state (docs/accuracy.md). The check runs three of
 the probe's own kernels on every CPU, a few seconds in all, and compares them with the profile's
 raw repetitions:
 

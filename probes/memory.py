@@ -40,7 +40,7 @@ transparent huge pages (``madvise``) on allocations of 4 MiB and more (``huge``,
 get), which a C or Fortran program's malloc does not: where ``/sys/kernel/mm/transparent_hugepage/enabled``
 is ``madvise`` those get 4 KiB pages (``default``, numpy's request turned off). It matters from the
 last cache level on: on the Xeon VM of 26 Nov 2026 one core's loads ran 13-17 % slower on 4 KiB pages
-at 91-128 MiB, stores alike (README: ``--pages huge`` against ``--pages default``). Both are recorded.
+at 91-128 MiB, stores alike (docs/probing.md: ``--pages huge`` against ``--pages default``). Both are recorded.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ only the instruction-fetch or the noise probe, into an existing profile).
 ``--rounds K``: K probes in turn, kept in OUT_DIR/NAME.rounds/round-I/, pooled (pmac.pool) into
 OUT_DIR/NAME.yaml at ``--statistic`` (default ``median`` then: the machine as it typically ran over
 the rounds' span). On a shared machine one probe describes one moment: bench/accuracy's
-interleaved runs on the development VM (README) predicted 9.2 % from the median of four probes
+interleaved runs on the development VM (docs/accuracy.md) predicted 9.2 % from the median of four probes
 pooled against 10.2 % from the first of them alone, over eighteen runs."""
 
 from __future__ import annotations

@@ -211,7 +211,7 @@ static inline void pmac_push_unlocked(const pmac_rec *r) {
 }
 
 /* How much of the program's anonymous memory is on huge pages (a probe on huge pages measures
- * faster memory than a program on 4 KiB pages sees: README, probing). Read at the end of the 1st,
+ * faster memory than a program on 4 KiB pages sees: docs/probing.md). Read at the end of the 1st,
  * 3rd, 7th, 15th... (2^k - 1) call after MPI_Init (skipped while pmac_pages_after says so) and of
  * MPI_Finalize: a few reads of smaps_rollup that catch the arrays a program allocates before its
  * loop, even when it frees them before MPI_Finalize. Only from the thread that called MPI_Init, before any other thread
