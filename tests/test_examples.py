@@ -453,3 +453,20 @@ def test_bench_accuracy_state_loop_prices_loop_work_as_the_checks_found_it(tmp_p
     assert out["--state-loop"][0] > 1.1 * out[""][0]
     r = subprocess.run(bench + ["--state-loop", "--no-state"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--state-loop prices loop work from the state checks that --no-state skips" in r.stderr
+
+
+def test_host_modes_by_size_prints_the_percentiles_of_each_length(built):
+    """bench/host_modes --sizes: a line per array length, its working set (3 arrays of N doubles) in
+    KiB, five ascending percentiles of ns an element and the 90th over the 10th."""
+    res = subprocess.run([sys.executable, str(REPO / "bench" / "host_modes"), "--sizes", "2000,20000", "--runs", "3"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    rows = [ln for ln in res.stdout.splitlines() if ln.strip().startswith("N=")]
+    assert len(rows) == 2, res.stdout
+    for row, n in zip(rows, (2000, 20000)):
+        m = re.match(r"\s*N=\s*(\d+) \(\s*(\d+) KiB\):((?: [0-9.]+){5})\s+([0-9.]+)$", row)
+        assert m, row
+        assert int(m.group(1)) == n and int(m.group(2)) == round(3 * n * 8 / 1024)
+        q = [float(x) for x in m.group(3).split()]
+        assert q == sorted(q) and 0.01 < q[0] < 100, row
+        assert float(m.group(4)) == pytest.approx(q[4] / q[0], abs=0.01)  # both printed rounded
