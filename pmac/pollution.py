@@ -15,7 +15,9 @@ level:
 
 - the probe's sweep of W bytes evicts every level smaller than W and leaves the others, so the
   cost of losing level L (and all smaller ones) is ``e(2 S_L)`` and level L alone adds
-  ``a_L = e(2 S_L) - e(2 S_{L-1})`` (:func:`level_costs`; ``e`` interpolated in the curve, 0 at 0);
+  ``a_L = e(2 S_L) - e(2 S_{L-1})`` (:func:`level_costs`; ``e`` interpolated in the curve, 0 at 0;
+  ``S_L`` the size the probe met: a what-if copy of another size, ``pmac sweep``, evicts by its
+  own size and pays what losing the level cost as probed);
 - a burst that moved ``M_L`` bytes into level L of size ``S_L`` (its misses there, from its reuse
   histogram, :func:`burst_fill`) evicted a share ``min(1, M_L / S_L)`` of it (LRU: each miss
   displaces the oldest line);
@@ -58,7 +60,8 @@ def level_costs(link: LinkModel | None, caches: Sequence[CacheLevel]) -> np.ndar
         return out
     w = np.concatenate(([0.0], link.pollution_bytes))
     e = np.concatenate(([0.0], link.pollution_excess_s))
-    at = np.interp(2.0 * np.array([c.size_bytes for c in caches], np.float64), w, e)
+    # the curve was measured against the caches as probed (a what-if copy's sizes differ)
+    at = np.interp(2.0 * np.array([c.probed_size_bytes or c.size_bytes for c in caches], np.float64), w, e)
     return np.diff(np.concatenate(([0.0], at)))
 
 

@@ -28,7 +28,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -69,11 +69,14 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                             "probe before 28 Nov 2026 timed them)",
                         14: "network.interpreter_collective_s and interpreter_p2p_s (optional: what a call from "
                             "a Python interpreter costs beyond the same call compiled, the network probe's "
-                            "``interpreter`` test; pmac.interpreter); version 13 files have none (not priced)"},
+                            "``interpreter`` test; pmac.interpreter); version 13 files have none (not priced)",
+                        15: "node.caches[].probed_size_bytes (optional: the size the probes met, in a what-if "
+                            "copy whose size_bytes was changed, pmac.sweep); version 14 files have none (as "
+                            "probed)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
                           9: lambda body: body, 10: lambda body: body, 11: lambda body: body,
-                          12: lambda body: body, 13: lambda body: body})
+                          12: lambda body: body, 13: lambda body: body, 14: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -114,10 +117,16 @@ class CacheLevel:
     bandwidth_allcores_bytes_per_s: dict[str, float] = field(default_factory=dict)
     #: where the geometry came from: 'measured+os', 'os', 'measured', 'imported:<file>'
     source: str = "os"
+    #: the size the profile's probes met, where a what-if copy changed ``size_bytes`` (pmac.sweep);
+    #: what was measured against the caches as they were (pmac.pollution's curve) is read at it.
+    #: None: ``size_bytes``
+    probed_size_bytes: int | None = None
 
     def __post_init__(self):
         if self.size_bytes <= 0 or self.line_bytes <= 0 or self.ways <= 0 or self.shared_by_cores <= 0:
             raise ValueError(f"cache {self.name}: size, line, ways and sharing must be positive")
+        if self.probed_size_bytes is not None and self.probed_size_bytes <= 0:
+            raise ValueError(f"cache {self.name}: probed_size_bytes must be positive")
         _positive(f"cache {self.name} latency_s", self.latency_s)
         _check_kinds(f"cache {self.name} bandwidth_1core_bytes_per_s", self.bandwidth_1core_bytes_per_s)
         _check_kinds(f"cache {self.name} bandwidth_allcores_bytes_per_s", self.bandwidth_allcores_bytes_per_s)

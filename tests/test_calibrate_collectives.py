@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pmac.calibrate_collectives import calibrate_collectives, excess_table
-from pmac.profile import CollectiveCost, NetworkModel
+from pmac.profile import SCHEMA_VERSION, CollectiveCost, NetworkModel
 from pmac.trace import Op
 
 from trace_synth import B, L, OR, OS, Trace, link
@@ -158,9 +158,9 @@ def test_bcast_loop_is_replayed_with_the_roots_the_probe_used(tmp_path):
     path = tmp_path / "p.yaml"
     save_profile(dataclasses.replace(prof, network=dataclasses.replace(prof.network, bcast_root="rotating")), path)
     text = path.read_text()
-    assert "bcast_root: rotating" in text and "schema_version: 14" in text
+    assert "bcast_root: rotating" in text and f"schema_version: {SCHEMA_VERSION}" in text
     assert load_profile(path).network.bcast_root == "rotating"
-    path.write_text(text.replace("  bcast_root: rotating\n", "").replace("schema_version: 14", "schema_version: 11"))
+    path.write_text(text.replace("  bcast_root: rotating\n", "").replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 11"))
     assert load_profile(path).network.bcast_root == "fixed"
 
 
@@ -179,11 +179,11 @@ def test_collective_loop_is_kept_in_the_profile(tmp_path):
     path = tmp_path / "p.yaml"
     save_profile(dataclasses.replace(prof, network=net), path)
     text = path.read_text()
-    assert "collective_loop: compiled" in text and "schema_version: 14" in text
+    assert "collective_loop: compiled" in text and f"schema_version: {SCHEMA_VERSION}" in text
     back = load_profile(path)
     assert back.network.collective_loop == "compiled"
     assert "collectives (time per call; timed in compiled loops)" in format_profile(back)
-    path.write_text(text.replace("  collective_loop: compiled\n", "").replace("schema_version: 14", "schema_version: 12"))
+    path.write_text(text.replace("  collective_loop: compiled\n", "").replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 12"))
     assert load_profile(path).network.collective_loop == "mpi4py"
 
 
@@ -204,13 +204,13 @@ def test_interpreter_figures_are_kept_in_the_profile(tmp_path):
     path = tmp_path / "p.yaml"
     save_profile(dataclasses.replace(prof, network=net), path)
     text = path.read_text()
-    assert "interpreter_p2p_s: 6.5e-07" in text and "schema_version: 14" in text
+    assert "interpreter_p2p_s: 6.5e-07" in text and f"schema_version: {SCHEMA_VERSION}" in text
     back = load_profile(path)
     assert (back.network.interpreter_collective_s, back.network.interpreter_p2p_s) == (1.25e-7, 6.5e-7)
     assert ("a call from a Python interpreter, beyond the same call compiled: collective 125 ns, point-to-point "
             "650 ns") in format_profile(back)
     old = "".join(ln for ln in text.splitlines(keepends=True) if "interpreter_" not in ln)
-    path.write_text(old.replace("schema_version: 14", "schema_version: 13"))
+    path.write_text(old.replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 13"))
     back = load_profile(path)
     assert back.network.interpreter_collective_s is None and back.network.interpreter_p2p_s is None
     assert "Python interpreter" not in format_profile(back)

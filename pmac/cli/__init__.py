@@ -25,6 +25,7 @@ COMMANDS = {
     "pool": "pool",
     "export": "export",
     "check": "check",
+    "sweep": "sweep",
 }
 
 

@@ -307,8 +307,27 @@ def plot_timeline(preds, path: str) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def usable_for(sig, profiles, skipped: list, **need) -> list[int]:
+    """Indices of the profiles that have the sections ``sig``'s prediction needs
+    (pmac.predict.needed_sections with ``need``); the others are appended to ``skipped`` as
+    ``(signature, machine, what it lacks)``."""
+    from ..predict import needed_sections
+
+    used = []
+    for i, prof in enumerate(profiles):
+        try:
+            lacking = needed_sections(prof, sig, **need)
+        except PmacError as exc:
+            lacking = [str(exc)]
+        if lacking:
+            skipped.append((sig.name, prof.name, lacking))
+        else:
+            used.append(i)
+    return used
+
+
 def run(args) -> int:
-    from ..predict import needed_sections, predict
+    from ..predict import predict
     from ..predict_band import band_profiles, parse_band, predict_band
     from ..profile import load_profile
     from ..signature import load_signature
@@ -328,17 +347,8 @@ def run(args) -> int:
     preds, skipped, calls, funcs, bands = [], [], [], [], []
     for sp in sig_paths:
         sig = load_signature(sp)
-        usable, used = [], []
-        for i, prof in enumerate(profiles):
-            try:
-                lacking = needed_sections(prof, sig, burst_source=args.bursts, ranks_per_node=args.ranks_per_node)
-            except PmacError as exc:
-                lacking = [str(exc)]
-            if lacking:
-                skipped.append((sig.name, prof.name, lacking))
-            else:
-                usable.append(prof)
-                used.append(i)
+        used = usable_for(sig, profiles, skipped, burst_source=args.bursts, ranks_per_node=args.ranks_per_node)
+        usable = [profiles[i] for i in used]
         if usable:
             preds.append(predict(sig, usable, timeline=bool(args.timeline) or args.calls, **options))
             if args.calls:

@@ -1,0 +1,101 @@
+"""pmac sweep [SIGNATURE...] [MACHINE...] [--vary KNOB=F1,F2 ...]: what a hardware change would buy.
+
+Each machine is predicted as it is and with each knob scaled by each factor (pmac.sweep: the
+knobs and what each scales). Without ``--vary``: halve and double the network's latency and
+bandwidth, memory's bandwidth, the last cache level's size and the flop rates. Paths as for
+``pmac predict`` (no signature: the shipped ones; no machine: the shipped ones).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import InputError
+from ..units import format_quantity
+
+HELP = "what-if: predict with profile attributes scaled (latency, bandwidths, cache sizes, flop rates)"
+
+
+def add_arguments(p):
+    p.add_argument("paths", nargs="*", metavar="SIGNATURE|MACHINE",
+                   help="signatures/NAME folders and machines/NAME.yaml files (default: all shipped)")
+    p.add_argument("--vary", action="append", default=[], metavar="KNOB[=F1,F2,...]",
+                   help="scale KNOB by each factor (default factors 0.5,2), e.g. network.latency=0.5 or "
+                        "L3.size=0.5,2,4; repeat for more knobs (--knobs lists a machine's)")
+    p.add_argument("--knobs", action="store_true", help="list each machine's knobs and stop")
+    p.add_argument("--ranks-per-node", type=int, metavar="N",
+                   help="ranks placed block-wise per node (default: the node's core count)")
+    p.add_argument("--contention", action="store_true", help="model link contention on the profile's topology")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print JSON instead of text")
+    fmt.add_argument("--csv", action="store_true", help="print CSV (one row per signature, machine, knob, factor)")
+
+
+def _t(seconds: float) -> str:
+    return format_quantity(seconds, "s", digits=4)
+
+
+def format_sweep(df) -> str:
+    """One block per signature and machine: the profile's own prediction, then a row per copy."""
+    out = []
+    for (sig, machine), g in df.groupby(["signature", "machine"], sort=False):
+        base = g[g["knob"] == "base"].iloc[0]
+        out.append(f"signature {sig} on {machine}: {_t(base.total_s)} (compute {_t(base.compute_s)}, "
+                   f"communication {_t(base.comm_s)}, wait {_t(base.wait_s)})")
+        rows = [[r.knob, f"x{r.factor:g}", _t(r.total_s), f"{100 * (r.time_ratio - 1):+.1f} %",
+                 f"{r.speedup_ratio:.3f}x", _t(r.compute_s), _t(r.comm_s), _t(r.wait_s)]
+                for r in g[g["knob"] != "base"].itertuples()]
+        header = ["knob", "factor", "time", "change", "speed-up", "compute", "comm", "wait"]
+        widths = [max(len(x[i]) for x in rows + [header]) for i in range(len(header))]
+        out.append("  " + "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))))
+        for r in rows:
+            out.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(out)
+
+
+def run(args) -> int:
+    import pandas as pd
+
+    from ..profile import load_profile
+    from ..signature import load_signature
+    from ..sweep import knobs_of, parse_knob, sweep
+    from .predict import classify, skipped_lines, usable_for
+
+    knobs = [parse_knob(v) for v in args.vary] or None
+    sig_paths, machine_paths = classify(args.paths)
+    profiles = [load_profile(p) for p in machine_paths]
+    if args.knobs:
+        for prof in profiles:
+            print(f"{prof.name}: {', '.join(knobs_of(prof)) or 'none'}")
+        return 0
+    tables, notes, skipped = [], [], []
+    for sp in sig_paths:
+        sig = load_signature(sp)
+        usable = [profiles[i] for i in usable_for(sig, profiles, skipped, ranks_per_node=args.ranks_per_node)]
+        if usable:
+            df, n = sweep(sig, usable, knobs, ranks_per_node=args.ranks_per_node, contention=args.contention)
+            tables.append(df)
+            notes.append((sig.name, n))
+    if not tables:
+        raise InputError("no machine has the sections needed for the given signatures"
+                         + ("".join(f"; {line}" for line in skipped_lines(skipped))))
+    df = pd.concat(tables, ignore_index=True)
+    if args.json:
+        doc = {"sweep": json.loads(df.to_json(orient="records", double_precision=15)),
+               "notes": [{"signature": s, "notes": n} for s, n in notes],
+               "not_predicted": [{"signature": s, "machine": m, "lacking": lk} for s, m, lk in skipped]}
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    elif args.csv:
+        df.to_csv(sys.stdout, index=False, float_format="%.9g")
+    else:
+        print(format_sweep(df))
+        for s, n in notes:
+            for line in n:
+                print(f"  note ({s}): {line}")
+        if skipped:
+            print("not predicted (the machine lacks what the prediction needs):")
+            for line in skipped_lines(skipped):
+                print(f"  {line}")
+    return 0
