@@ -8,19 +8,23 @@ so the convolver prices all of them in one pass.
 
 Knobs (``KNOBS``; ``LEVEL`` is a data cache level of the profile, e.g. ``L2``):
 
-- ``network.latency``, ``network.bandwidth``, ``network.overhead``: every link of the network
-  (intra- and inter-node, and the network of every MPI thread level the profile holds);
-  ``network.intra.*`` and ``network.inter.*`` one of the two. Latency scales the latency of each
-  of the link's fitted segments (and its summary ``latency_s``); bandwidth the bandwidth of each
-  segment, the summary and streaming bandwidths, or, for a link behind a token-bucket shaper
-  (a cloud NIC's rate allowance, the emulated cluster's tbf), the shaper's rate, the line under
-  it unchanged (the emulated cluster's what-if: halving a shaped link's rate predicted +100.0 %,
-  measured +99.4 to +100.0 %, ``bench/validate_emulated``); overhead the send and receive
-  overheads (the processor's time in a call). The measured ping-pong table of a scaled link is
-  dropped: it describes the link as it was. What the library costs beyond the messages (the
-  collectives' and exchanges' excess, an interpreter's cost to a call, the pollution of the
-  caches) stays: software, not the link. Collectives are priced by algorithm on the scaled links
-  (the measured collective times describe the link as it was).
+- ``network.mpi_latency``, ``network.latency``, ``network.bandwidth``, ``network.overhead``: every
+  link of the network (intra- and inter-node, and the network of every MPI thread level the
+  profile holds); ``network.intra.*`` and ``network.inter.*`` one of the two. ``mpi_latency`` is
+  what an MPI latency figure quotes, a small message's one-way time in a ping-pong: the wire's
+  latency and the send and receive overheads (LogGP's L + 2 o), all three scaled. ``latency``
+  scales the wire's alone, the latency of each of the link's fitted segments (and its summary
+  ``latency_s``): on the profiles shipped 0-0.4 us of a 1-9 us one-way time, the rest overheads
+  (``pmac show``). ``overhead`` scales the send and receive overheads alone (the processor's time
+  in a call). ``bandwidth`` scales the bandwidth of each segment, the summary and streaming
+  bandwidths, or, for a link behind a token-bucket shaper (a cloud NIC's rate allowance, the
+  emulated cluster's tbf), the shaper's rate, the line under it unchanged (the emulated
+  cluster's what-if: halving a shaped link's rate predicted +100.0 %, measured +99.4 to +100.0 %,
+  ``bench/validate_emulated``). The measured ping-pong table of a scaled link is dropped: it
+  describes the link as it was. What the library costs beyond the messages (the collectives' and
+  exchanges' excess, an interpreter's cost to a call, the pollution of the caches) stays:
+  software, not the link. Collectives are priced by algorithm on the scaled links (the measured
+  collective times describe the link as it was).
 - ``memory.bandwidth``: main memory's bandwidths, one core and all cores, every access kind.
 - ``LEVEL.size``: the level's capacity (the convolver's hit rates follow from the signature's
   reuse distances; the level's bandwidth curve is not stretched, so only nominal capacities, the
@@ -55,8 +59,8 @@ from .profile import LinkModel, MachineProfile, NetworkModel
 from .signature import Signature
 
 #: the knobs that do not depend on the profile's cache names (``LEVEL.size``/``.bandwidth`` do)
-NETWORK_KNOBS = tuple(f"network{scope}.{what}" for scope in ("", ".intra", ".inter")
-                      for what in ("latency", "bandwidth", "overhead"))
+LINK_ATTRIBUTES = ("mpi_latency", "latency", "bandwidth", "overhead")
+NETWORK_KNOBS = tuple(f"network{scope}.{what}" for scope in ("", ".intra", ".inter") for what in LINK_ATTRIBUTES)
 FIXED_KNOBS = NETWORK_KNOBS + ("memory.bandwidth", "compute.flops")
 #: what ``pmac sweep`` varies when told nothing: the procurement questions of the module docstring
 DEFAULT_FACTORS = (0.5, 2.0)
@@ -121,11 +125,11 @@ def knobs_of(profile: MachineProfile) -> list[str]:
 
 
 def default_knobs(profile: MachineProfile) -> list[Knob]:
-    """Halve and double the network's latency and bandwidth, memory's bandwidth, the last cache
-    level's size and the flop rates: what the profile has of them."""
+    """Halve and double the network's MPI latency and bandwidth, memory's bandwidth, the last
+    cache level's size and the flop rates: what the profile has of them."""
     have = knobs_of(profile)
     levels = data_levels(profile)
-    wanted = ["network.latency", "network.bandwidth", "memory.bandwidth"]
+    wanted = ["network.mpi_latency", "network.bandwidth", "memory.bandwidth"]
     if levels:
         wanted.append(f"{levels[-1]}.size")
     wanted.append("compute.flops")
@@ -155,7 +159,9 @@ def scale_link(link: LinkModel, what: str, factor: float) -> LinkModel:
     if what == "overhead":
         return dataclasses.replace(link, send_overhead_s=link.send_overhead_s * factor,
                                    recv_overhead_s=link.recv_overhead_s * factor)
-    raise InputError(f"sweep: a link has no {what!r} (latency, bandwidth, overhead)")
+    if what == "mpi_latency":
+        return scale_link(scale_link(link, "latency", factor), "overhead", factor)
+    raise InputError(f"sweep: a link has no {what!r} ({', '.join(LINK_ATTRIBUTES)})")
 
 
 def _scale_network(net: NetworkModel, scope: str, what: str, factor: float) -> NetworkModel:
@@ -182,8 +188,8 @@ def apply_knob(profile: MachineProfile, knob: str, factor: float) -> MachineProf
     name = variant_name(profile, knob, factor)
     if head in ("network", "network.intra", "network.inter"):
         scope = head.partition(".")[2]
-        if what not in ("latency", "bandwidth", "overhead"):
-            raise InputError(f"sweep: unknown knob {knob!r}: a network has latency, bandwidth and overhead")
+        if what not in LINK_ATTRIBUTES:
+            raise InputError(f"sweep: unknown knob {knob!r}: a network has {', '.join(LINK_ATTRIBUTES)}")
         net = profile.network
         if net is None or not _links_of(net, scope):
             raise MissingSectionError(f"machine '{profile.name}'", "network" + (f".{scope}_node" if scope else ""),
@@ -257,7 +263,7 @@ def scales_nothing(profile: MachineProfile, knob: str) -> str | None:
     """Why scaling ``knob`` cannot change this profile's predictions (the quantities it scales are
     all 0), or None."""
     head, _, what = knob.rpartition(".")
-    if not head.startswith("network") or profile.network is None or what not in ("latency", "overhead"):
+    if not head.startswith("network") or profile.network is None or what not in ("latency", "overhead", "mpi_latency"):
         return None
     nets = (profile.network, *profile.network_variants)
     links = [getattr(n, f) for n in nets for f in _links_of(n, head.partition(".")[2])]
@@ -265,6 +271,9 @@ def scales_nothing(profile: MachineProfile, knob: str) -> str | None:
         return "its links' fitted latency is 0 (the network probe's fit put a message's fixed cost in the overheads)"
     if what == "overhead" and all(lk.send_overhead_s == 0 and lk.recv_overhead_s == 0 for lk in links):
         return "its links have no send or receive overhead"
+    if what == "mpi_latency" and all(lk.send_overhead_s == 0 and lk.recv_overhead_s == 0 and lk.latency_s == 0
+                                     and all(sg.latency_s == 0 for sg in lk.segments) for lk in links):
+        return "its links have neither latency nor overheads"
     return None
 
 

@@ -37,7 +37,7 @@ def test_ping_pong_times_by_hand():
     sig = pingpong_signature(n_iter=3, msg_bytes=1000, burst_s=1e-3)
     prof = _with_overheads(two_level_profile())
     knobs = [Knob(name="network.latency", factors=(0.5, 3.0)), Knob(name="network.bandwidth", factors=(2.0,)),
-             Knob(name="network.overhead", factors=(2.0,))]
+             Knob(name="network.overhead", factors=(2.0,)), Knob(name="network.mpi_latency", factors=(0.5,))]
     df, _ = sweep(sig, [prof], knobs, burst_source="measured")
     t = {(r.knob, r.factor): r.total_s for r in df.itertuples()}
 
@@ -49,6 +49,7 @@ def test_ping_pong_times_by_hand():
     assert t[("network.latency", 3.0)] == pytest.approx(hand(lat=3e-6), rel=1e-12)
     assert t[("network.bandwidth", 2.0)] == pytest.approx(hand(wire=0.5e-6), rel=1e-12)
     assert t[("network.overhead", 2.0)] == pytest.approx(hand(o=1e-6), rel=1e-12)
+    assert t[("network.mpi_latency", 0.5)] == pytest.approx(hand(lat=0.5e-6, o=2.5e-7), rel=1e-12)
     r = df.set_index(["knob", "factor"]).loc[("network.latency", 0.5)]
     assert r.time_ratio == pytest.approx(hand(lat=0.5e-6) / hand(), rel=1e-12)
     assert r.speedup_ratio == pytest.approx(1 / r.time_ratio, rel=1e-12)
@@ -128,11 +129,14 @@ def test_links_scaled_and_their_measured_table_dropped():
 
 def test_knobs_and_errors_by_message():
     prof = load_profile(EPYC)
-    assert knobs_of(prof) == ["network.latency", "network.bandwidth", "network.overhead", "network.intra.latency",
-                              "network.intra.bandwidth", "network.intra.overhead", "memory.bandwidth", "L1.size",
-                              "L1.bandwidth", "L2.size", "L2.bandwidth", "L3.size", "L3.bandwidth", "compute.flops"]
-    assert [k.name for k in default_knobs(prof)] == ["network.latency", "network.bandwidth", "memory.bandwidth",
+    assert knobs_of(prof) == ["network.mpi_latency", "network.latency", "network.bandwidth", "network.overhead",
+                              "network.intra.mpi_latency", "network.intra.latency", "network.intra.bandwidth",
+                              "network.intra.overhead", "memory.bandwidth", "L1.size", "L1.bandwidth", "L2.size",
+                              "L2.bandwidth", "L3.size", "L3.bandwidth", "compute.flops"]
+    assert [k.name for k in default_knobs(prof)] == ["network.mpi_latency", "network.bandwidth", "memory.bandwidth",
                                                       "L3.size", "compute.flops"]
+    with pytest.raises(InputError, match="unknown knob 'network.jitter': a network has mpi_latency, latency, bandwidth, overhead"):
+        apply_knob(prof, "network.jitter", 2)
     assert parse_knob("L3.size=0.5,x2") == Knob(name="L3.size", factors=(0.5, 2.0))
     assert parse_knob("network.latency") == Knob(name="network.latency", factors=(0.5, 2.0))
     with pytest.raises(InputError, match="'a' is not a number"):
@@ -141,7 +145,7 @@ def test_knobs_and_errors_by_message():
         parse_knob("latency=2")
     with pytest.raises(InputError, match="factors must be positive numbers, got -1.0"):
         parse_knob("L3.size=-1")
-    with pytest.raises(InputError, match=r"unknown knob 'L4.size' for machine 'epyc-vm' \(its knobs: network.latency"):
+    with pytest.raises(InputError, match=r"unknown knob 'L4.size' for machine 'epyc-vm' \(its knobs: network.mpi_latency, network.latency"):
         apply_knob(prof, "L4.size", 2)
     imported = load_profile(REPO / "machines" / "skylakesp-gold6148.yaml")
     with pytest.raises(MissingSectionError, match="network"):
@@ -166,7 +170,7 @@ def test_cli_text_csv_json_and_errors(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert [r["knob"] for r in doc["sweep"]] == ["base", "network.latency", "memory.bandwidth"]
     assert main(["sweep", str(EPYC), "--knobs"]) == 0
-    assert capsys.readouterr().out.startswith("epyc-vm: network.latency, network.bandwidth, ")
+    assert capsys.readouterr().out.startswith("epyc-vm: network.mpi_latency, network.latency, network.bandwidth, ")
     assert main(["sweep", str(STREAM), str(EPYC), "--vary", "L3.size=big"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'big' is not a number" in err[0]

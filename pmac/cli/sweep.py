@@ -1,8 +1,9 @@
 """pmac sweep [SIGNATURE...] [MACHINE...] [--vary KNOB=F1,F2 ...]: what a hardware change would buy.
 
 Each machine is predicted as it is and with each knob scaled by each factor (pmac.sweep: the
-knobs and what each scales). Without ``--vary``: halve and double the network's latency and
-bandwidth, memory's bandwidth, the last cache level's size and the flop rates. Paths as for
+knobs and what each scales). Without ``--vary``: halve and double the network's MPI latency
+(a small message's one-way time) and bandwidth, memory's bandwidth, the last cache level's size
+and the flop rates. Paths as for
 ``pmac predict`` (no signature: the shipped ones; no machine: the shipped ones).
 """
 
@@ -21,7 +22,7 @@ def add_arguments(p):
     p.add_argument("paths", nargs="*", metavar="SIGNATURE|MACHINE",
                    help="signatures/NAME folders and machines/NAME.yaml files (default: all shipped)")
     p.add_argument("--vary", action="append", default=[], metavar="KNOB[=F1,F2,...]",
-                   help="scale KNOB by each factor (default factors 0.5,2), e.g. network.latency=0.5 or "
+                   help="scale KNOB by each factor (default factors 0.5,2), e.g. network.mpi_latency=0.5 or "
                         "L3.size=0.5,2,4; repeat for more knobs (--knobs lists a machine's)")
     p.add_argument("--knobs", action="store_true", help="list each machine's knobs and stop")
     p.add_argument("--ranks-per-node", type=int, metavar="N",
