@@ -57,6 +57,7 @@ from .predict import predict
 from .capacity import is_data_level
 from .profile import LinkModel, MachineProfile, NetworkModel
 from .signature import Signature
+from .units import parse_quantity
 
 #: the knobs that do not depend on the profile's cache names (``LEVEL.size``/``.bandwidth`` do)
 LINK_ATTRIBUTES = ("mpi_latency", "latency", "bandwidth", "overhead")
@@ -64,43 +65,117 @@ NETWORK_KNOBS = tuple(f"network{scope}.{what}" for scope in ("", ".intra", ".int
 FIXED_KNOBS = NETWORK_KNOBS + ("memory.bandwidth", "compute.flops")
 #: what ``pmac sweep`` varies when told nothing: the procurement questions of the module docstring
 DEFAULT_FACTORS = (0.5, 2.0)
-SWEEP_COLUMNS = ("signature", "machine", "knob", "factor", "total_s", "compute_s", "comm_s", "wait_s",
-                 "time_ratio", "speedup_ratio")
+#: ``value``: the knob's figure in the copy (:func:`figure`, in ``unit``; NaN for the profile's own
+#: row, a copy of several knobs, or a figure the profile does not have as one number)
+SWEEP_COLUMNS = ("signature", "machine", "knob", "factor", "value", "unit", "total_s", "compute_s", "comm_s",
+                 "wait_s", "time_ratio", "speedup_ratio")
 _KNOB_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)+$")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Knob:
-    """One attribute of a profile and the factors to scale it by."""
+    """One attribute of a profile and the factors to scale it by, or the values to set its figure
+    to (:func:`figure`, in SI base units: ``values``); one of the two."""
 
     name: str
-    factors: tuple[float, ...] = DEFAULT_FACTORS
+    factors: tuple[float, ...] = ()
+    values: tuple[float, ...] = ()
 
     def __post_init__(self):
         if not _KNOB_RE.match(self.name):
             raise InputError(f"sweep: knob {self.name!r} is not of the form PART.ATTRIBUTE (e.g. network.latency)")
-        if not self.factors:
-            raise InputError(f"sweep: knob {self.name} has no factors")
-        for f in self.factors:
+        if bool(self.factors) == bool(self.values):
+            raise InputError(f"sweep: knob {self.name} needs factors or values, not {'both' if self.factors else 'neither'}")
+        for f in self.factors + self.values:
             if not (isinstance(f, (int, float)) and math.isfinite(f) and f > 0):
-                raise InputError(f"sweep: knob {self.name}: factors must be positive numbers, got {f!r}")
+                raise InputError(f"sweep: knob {self.name}: {'factors' if self.factors else 'values'} must be "
+                                 f"positive numbers, got {f!r}")
+
+    def factors_for(self, profile: MachineProfile) -> tuple[float, ...]:
+        """The factors that take this profile's figure to ``values`` (or ``factors`` as given)."""
+        if self.factors:
+            return self.factors
+        now = figure(profile, self.name)
+        if now is None or not now > 0:
+            raise InputError(f"sweep: {self.name} of machine '{profile.name}' is "
+                             f"{'not one figure (its links differ: name the link, network.intra or network.inter)' if now is None else 'zero'}"
+                             ": it cannot be set, only scaled")
+        return tuple(v / now for v in self.values)
 
 
-def parse_knob(text: str) -> Knob:
-    """``NAME=F1,F2,...`` (or ``NAME`` alone: the default factors 0.5 and 2) as a :class:`Knob`."""
+def parse_knob(text: str, *, set_values: bool = False) -> Knob:
+    """``NAME=F1,F2,...`` (or ``NAME`` alone: the default factors 0.5 and 2) as a :class:`Knob`;
+    with ``set_values``, ``NAME=V1,V2,...`` the figures to set (units allowed: 1.2us, 96MiB,
+    200GB/s, 3Tflop/s; a bare number is in SI base units)."""
     name, sep, rest = text.partition("=")
     name = name.strip()
     if not sep:
-        return Knob(name=name)
-    factors = []
+        if set_values:
+            raise InputError(f"sweep: --set {text!r}: no value (NAME=VALUE, e.g. L3.size=96MiB)")
+        return Knob(name=name, factors=DEFAULT_FACTORS)
+    Knob(name=name, factors=(1.0,))   # the name, checked before the values
+    out = []
     for part in rest.split(","):
-        part = part.strip().removeprefix("x")
+        part = part.strip()
+        if set_values:
+            unit = FIGURE_UNITS.get(name.rpartition(".")[2])
+            try:
+                out.append(parse_quantity(part, unit))
+            except InputError as exc:
+                raise InputError(f"sweep: --set {text!r}: {exc}") from None
+            continue
         try:
-            factors.append(float(part))
+            out.append(float(part.removeprefix("x")))
         except ValueError:
             raise InputError(f"sweep: --vary {text!r}: {part!r} is not a number (NAME=F1,F2,..., e.g. "
                              "network.latency=0.5,2)") from None
-    return Knob(name=name, factors=tuple(factors))
+    return Knob(name=name, values=tuple(out)) if set_values else Knob(name=name, factors=tuple(out))
+
+
+#: each attribute's figure (:func:`figure`) and its unit
+FIGURE_UNITS = {"mpi_latency": "s", "latency": "s", "overhead": "s", "bandwidth": "bytes_per_s", "size": "bytes",
+                "flops": "flop_per_s"}
+
+
+def _link_figure(link: LinkModel, what: str) -> float:
+    w0 = float(link.transfer_time_s(0.0))
+    o = link.send_overhead_s + link.recv_overhead_s
+    if what == "bandwidth":
+        return link.shaper_rate_bytes_per_s if link.shaped else link.bandwidth_bytes_per_s
+    return {"mpi_latency": w0 + o, "latency": w0, "overhead": o}[what]
+
+
+def figure(profile: MachineProfile, knob: str) -> float | None:
+    """The figure a specification quotes for what ``knob`` scales, as the profile has it (SI base
+    units, :data:`FIGURE_UNITS`): ``mpi_latency`` a 0-byte message's one-way time, overheads
+    included; ``latency`` its wire time; ``overhead`` send plus receive overhead; a link's
+    ``bandwidth`` its large-message bandwidth (a shaped link's rate); ``memory.bandwidth`` and
+    ``LEVEL.bandwidth`` the unit-stride load bandwidth of all cores together (of one core where
+    the profile has no all-core figure); ``LEVEL.size`` its size; ``compute.flops`` a core's SIMD
+    flop rate. None where the knob's links differ (``network.*`` over an intra- and an inter-node
+    link of different figures) or the profile lacks the section. Scaling the knob by f scales
+    its figure by f."""
+    head, _, what = knob.rpartition(".")
+    if head.startswith("network"):
+        net = profile.network
+        links = [getattr(net, f) for f in _links_of(net, head.partition(".")[2])] if net is not None else []
+        vals = {_link_figure(lk, what) for lk in links} if what in LINK_ATTRIBUTES else set()
+        return vals.pop() if len(vals) == 1 else None
+    node = profile.node
+    if node is None:
+        return None
+    if knob == "compute.flops":
+        return node.compute.flop_per_s_simd if node.compute is not None else None
+    level = node.memory if head == "memory" else next((c for c in node.caches if c.name == head), None)
+    if level is None:
+        return None
+    if what == "size":
+        return float(level.size_bytes) if head != "memory" else None
+    if what == "bandwidth":
+        for d in (level.bandwidth_allcores_bytes_per_s, level.bandwidth_1core_bytes_per_s):
+            if d:
+                return float(d.get("load_unit", next(iter(d.values()))))
+    return None
 
 
 def data_levels(profile: MachineProfile) -> list[str]:
@@ -133,7 +208,7 @@ def default_knobs(profile: MachineProfile) -> list[Knob]:
     if levels:
         wanted.append(f"{levels[-1]}.size")
     wanted.append("compute.flops")
-    return [Knob(name=k) for k in wanted if k in have]
+    return [Knob(name=k, factors=DEFAULT_FACTORS) for k in wanted if k in have]
 
 
 def _links_of(net: NetworkModel, scope: str) -> list[str]:
@@ -224,25 +299,43 @@ def apply_knob(profile: MachineProfile, knob: str, factor: float) -> MachineProf
                      f"{', '.join(knobs_of(profile))})")
 
 
-def sweep(sig: Signature, profiles: Sequence[MachineProfile], knobs: Sequence[Knob] | None = None,
-          **options) -> tuple[pd.DataFrame, list[str]]:
-    """Predict ``sig`` on every profile and on its copies with each knob at each factor (``knobs``
-    None: :func:`default_knobs` of each profile). ``options`` go to :func:`pmac.predict.predict`.
-    Returns the table of :data:`SWEEP_COLUMNS` and the prediction's notes."""
+def apply_knobs(profile: MachineProfile, changes: Sequence[tuple[str, float]]) -> MachineProfile:
+    """A copy of ``profile`` with every ``(knob, factor)`` applied in turn, named after all of them."""
+    out = profile
+    for knob, factor in changes:
+        out = apply_knob(out, knob, factor)
+    return dataclasses.replace(out, name=f"{profile.name} " + " + ".join(f"{k} x{f:g}" for k, f in changes))
+
+
+def sweep(sig: Signature, profiles: Sequence[MachineProfile], knobs: Sequence[Knob] | None = None, *,
+          together: bool = False, **options) -> tuple[pd.DataFrame, list[str]]:
+    """Predict ``sig`` on every profile and on its copies with each knob at each factor or value
+    (``knobs`` None: :func:`default_knobs` of each profile); ``together``: one copy per profile
+    with every knob applied at once (each knob with one factor or value: a candidate machine that
+    differs in several ways). ``options`` go to :func:`pmac.predict.predict`. Returns the table of
+    :data:`SWEEP_COLUMNS` and the prediction's notes."""
     if not profiles:
         raise InputError("sweep: no machine profiles given")
     if options.get("measured_collectives"):
         raise InputError("sweep: collectives are priced by algorithm on the scaled links; "
                          "--measured-collectives would price them as the unscaled machine ran them")
+    if together and (not knobs or any(len(k.factors) + len(k.values) != 1 for k in knobs)):
+        raise InputError("sweep: applying knobs together needs one factor or value for each knob")
     plan: list[tuple[int, str, float, MachineProfile]] = []
     idle = []
     for i, prof in enumerate(profiles):
         plan.append((i, "base", 1.0, prof))
-        for k in (default_knobs(prof) if knobs is None else knobs):
-            for f in k.factors:
-                plan.append((i, k.name, float(f), apply_knob(prof, k.name, float(f))))
+        chosen = default_knobs(prof) if knobs is None else knobs
+        for k in chosen:
             if (why := scales_nothing(prof, k.name)) is not None:
                 idle.append(f"{prof.name}: {k.name} scales nothing: {why}")
+        if together:
+            changes = [(k.name, k.factors_for(prof)[0]) for k in chosen]
+            plan.append((i, " + ".join(f"{k} x{f:.4g}" for k, f in changes), math.nan, apply_knobs(prof, changes)))
+            continue
+        for k in chosen:
+            for f in k.factors_for(prof):
+                plan.append((i, k.name, float(f), apply_knob(prof, k.name, float(f))))
     names = [p.name for _, _, _, p in plan]
     if len(set(names)) != len(names):
         raise InputError("sweep: two machines share a name: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
@@ -252,7 +345,11 @@ def sweep(sig: Signature, profiles: Sequence[MachineProfile], knobs: Sequence[Kn
     for i, knob, f, prof in plan:
         r = s.loc[prof.name]
         base = s.loc[profiles[i].name, "total_s"]
+        single = knob != "base" and " + " not in knob
+        unit = FIGURE_UNITS.get(knob.rpartition(".")[2], "") if single else ""
+        value = figure(prof, knob) if single else None
         rows.append(dict(signature=sig.name, machine=profiles[i].name, knob=knob, factor=f,
+                         value=math.nan if value is None else float(value), unit=unit,
                          total_s=float(r["total_s"]), compute_s=float(r["compute_s"]), comm_s=float(r["comm_s"]),
                          wait_s=float(r["wait_s"]), time_ratio=float(r["total_s"] / base),
                          speedup_ratio=float(base / r["total_s"])))

@@ -18,7 +18,8 @@ from pmac.errors import InputError, MissingSectionError
 from pmac.predict import predict
 from pmac.profile import LinkModel, load_profile
 from pmac.signature import load_signature
-from pmac.sweep import Knob, apply_knob, default_knobs, knobs_of, parse_knob, scale_link, sweep
+from pmac.sweep import (Knob, apply_knob, apply_knobs, default_knobs, figure, knobs_of, parse_knob, scale_link,
+                        sweep)
 from synth import pingpong_signature, two_level_profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,8 +54,12 @@ def test_ping_pong_times_by_hand():
     r = df.set_index(["knob", "factor"]).loc[("network.latency", 0.5)]
     assert r.time_ratio == pytest.approx(hand(lat=0.5e-6) / hand(), rel=1e-12)
     assert r.speedup_ratio == pytest.approx(1 / r.time_ratio, rel=1e-12)
-    assert list(df.columns) == ["signature", "machine", "knob", "factor", "total_s", "compute_s", "comm_s", "wait_s",
-                                "time_ratio", "speedup_ratio"]
+    assert list(df.columns) == ["signature", "machine", "knob", "factor", "value", "unit", "total_s", "compute_s",
+                                "comm_s", "wait_s", "time_ratio", "speedup_ratio"]
+    # each copy's figure at the factor: the wire's latency, the 0-byte one-way time with the overheads
+    assert r.value == pytest.approx(0.5e-6, rel=1e-12) and r.unit == "s"
+    assert df.set_index(["knob", "factor"]).loc[("network.mpi_latency", 0.5), "value"] == pytest.approx(
+        0.5 * (1e-6 + 5e-7), rel=1e-12)
     assert set(df["machine"]) == {prof.name}
 
 
@@ -139,6 +144,12 @@ def test_knobs_and_errors_by_message():
         apply_knob(prof, "network.jitter", 2)
     assert parse_knob("L3.size=0.5,x2") == Knob(name="L3.size", factors=(0.5, 2.0))
     assert parse_knob("network.latency") == Knob(name="network.latency", factors=(0.5, 2.0))
+    assert parse_knob("L3.size=96MiB,64MiB", set_values=True) == Knob(name="L3.size", values=(96 * 2**20, 64 * 2**20))
+    assert parse_knob("network.inter.mpi_latency=1.5us", set_values=True).values == (1.5e-6,)
+    with pytest.raises(InputError, match=r"--set 'L3.size=2us': '2us' is in s, expected bytes"):
+        parse_knob("L3.size=2us", set_values=True)
+    with pytest.raises(InputError, match="needs factors or values, not both"):
+        Knob(name="L3.size", factors=(2.0,), values=(1.0,))
     with pytest.raises(InputError, match="'a' is not a number"):
         parse_knob("network.latency=a")
     with pytest.raises(InputError, match="knob 'latency' is not of the form PART.ATTRIBUTE"):
@@ -170,7 +181,15 @@ def test_cli_text_csv_json_and_errors(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert [r["knob"] for r in doc["sweep"]] == ["base", "network.latency", "memory.bandwidth"]
     assert main(["sweep", str(EPYC), "--knobs"]) == 0
-    assert capsys.readouterr().out.startswith("epyc-vm: network.mpi_latency, network.latency, network.bandwidth, ")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "epyc-vm:" and lines[1].split()[0] == "network.mpi_latency"
+    assert any(ln.split() == ["L3.size", "32", "MiB"] for ln in lines), lines
+    assert main(["sweep", str(STREAM), str(EPYC), "--set", "L3.size=96MiB", "--vary", "compute.flops=2", "--together",
+                 "--csv"]) == 0
+    df = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(df["knob"]) == ["base", "compute.flops x2 + L3.size x3"]
+    assert main(["sweep", str(STREAM), str(EPYC), "--together"]) == 2
+    assert "--together needs knobs to apply" in capsys.readouterr().err
     assert main(["sweep", str(STREAM), str(EPYC), "--vary", "L3.size=big"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'big' is not a number" in err[0]
@@ -208,3 +227,34 @@ def test_a_knob_that_scales_nothing_is_said():
     assert "synth: network.overhead scales nothing: its links have no send or receive overhead" in notes
     assert not any(n.startswith("emu-tcp-200mbit: network.overhead") or n.startswith("synth: network.inter.latency")
                    for n in notes)
+
+
+def test_set_figures_and_knobs_together():
+    """--set: the factor that takes the profile's figure to the value (and the copy's figure is the
+    value); --together: one copy with every change, priced as the copy made by hand."""
+    sig = load_signature(STREAM)
+    base = load_profile(EPYC)
+    assert figure(base, "L3.size") == 32 * 2**20
+    assert figure(base, "memory.bandwidth") == base.node.memory.bandwidth_allcores_bytes_per_s["load_unit"]
+    link = base.network.intra_node
+    assert figure(base, "network.mpi_latency") == pytest.approx(
+        link.segments[0].latency_s + link.send_overhead_s + link.recv_overhead_s, rel=1e-15)
+    df, _ = sweep(sig, [base], [Knob(name="L3.size", values=(96 * 2**20,)),
+                                Knob(name="memory.bandwidth", values=(100e9,))])
+    r = df.set_index("knob")
+    assert r.loc["L3.size", "factor"] == 3.0 and r.loc["L3.size", "value"] == 96 * 2**20
+    assert r.loc["memory.bandwidth", "value"] == pytest.approx(100e9, rel=1e-12)
+    assert r.loc["memory.bandwidth", "factor"] == pytest.approx(100e9 / figure(base, "memory.bandwidth"), rel=1e-12)
+    both = [Knob(name="memory.bandwidth", factors=(2.0,)), Knob(name="compute.flops", values=(90e9,))]
+    dt, _ = sweep(sig, [base], both, together=True)
+    assert list(dt["knob"]) == ["base", f"memory.bandwidth x2 + compute.flops x{90e9 / figure(base, 'compute.flops'):.4g}"]
+    copy = apply_knobs(base, [("memory.bandwidth", 2.0), ("compute.flops", 90e9 / figure(base, "compute.flops"))])
+    assert figure(copy, "compute.flops") == pytest.approx(90e9, rel=1e-12)
+    want = predict(sig, [copy]).summary["total_s"].iloc[0]
+    assert dt["total_s"].iloc[1] == pytest.approx(want, rel=1e-12)
+    with pytest.raises(InputError, match="one factor or value for each knob"):
+        sweep(sig, [base], [Knob(name="memory.bandwidth", factors=(2.0, 4.0))], together=True)
+    emu = load_profile(REPO / "machines" / "emu-tcp.yaml")
+    assert figure(emu, "network.mpi_latency") is None
+    with pytest.raises(InputError, match="network.mpi_latency of machine 'emu-tcp' is not one figure"):
+        Knob(name="network.mpi_latency", values=(1e-6,)).factors_for(emu)

@@ -1,4 +1,5 @@
-"""pmac sweep [SIGNATURE...] [MACHINE...] [--vary KNOB=F1,F2 ...]: what a hardware change would buy.
+"""pmac sweep [SIGNATURE...] [MACHINE...] [--vary KNOB=F1,F2 ...] [--set KNOB=V1,V2 ...] [--together]:
+what a hardware change would buy.
 
 Each machine is predicted as it is and with each knob scaled by each factor (pmac.sweep: the
 knobs and what each scales). Without ``--vary``: halve and double the network's MPI latency
@@ -24,7 +25,14 @@ def add_arguments(p):
     p.add_argument("--vary", action="append", default=[], metavar="KNOB[=F1,F2,...]",
                    help="scale KNOB by each factor (default factors 0.5,2), e.g. network.mpi_latency=0.5 or "
                         "L3.size=0.5,2,4; repeat for more knobs (--knobs lists a machine's)")
-    p.add_argument("--knobs", action="store_true", help="list each machine's knobs and stop")
+    p.add_argument("--set", action="append", default=[], metavar="KNOB=V1[,V2,...]",
+                   help="set KNOB's figure to each value, units allowed (network.inter.mpi_latency=1.5us, "
+                        "L3.size=96MiB, memory.bandwidth=200GB/s, compute.flops=100Gflop/s; --knobs shows the "
+                        "figures now)")
+    p.add_argument("--together", action="store_true",
+                   help="one copy per machine with every --vary / --set applied at once (one factor or value "
+                        "each): a candidate machine that differs in several ways")
+    p.add_argument("--knobs", action="store_true", help="list each machine's knobs and their figures, and stop")
     p.add_argument("--ranks-per-node", type=int, metavar="N",
                    help="ranks placed block-wise per node (default: the node's core count)")
     p.add_argument("--contention", action="store_true", help="model link contention on the profile's topology")
@@ -44,10 +52,12 @@ def format_sweep(df) -> str:
         base = g[g["knob"] == "base"].iloc[0]
         out.append(f"signature {sig} on {machine}: {_t(base.total_s)} (compute {_t(base.compute_s)}, "
                    f"communication {_t(base.comm_s)}, wait {_t(base.wait_s)})")
-        rows = [[r.knob, f"x{r.factor:g}", _t(r.total_s), f"{100 * (r.time_ratio - 1):+.1f} %",
+        rows = [[r.knob, "" if r.factor != r.factor else f"x{r.factor:.4g}",
+                 format_quantity(r.value, r.unit, digits=4) if r.unit and r.value == r.value else "",
+                 _t(r.total_s), f"{100 * (r.time_ratio - 1):+.1f} %",
                  f"{r.speedup_ratio:.3f}x", _t(r.compute_s), _t(r.comm_s), _t(r.wait_s)]
                 for r in g[g["knob"] != "base"].itertuples()]
-        header = ["knob", "factor", "time", "change", "speed-up", "compute", "comm", "wait"]
+        header = ["knob", "factor", "figure", "time", "change", "speed-up", "compute", "comm", "wait"]
         widths = [max(len(x[i]) for x in rows + [header]) for i in range(len(header))]
         out.append("  " + "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))))
         for r in rows:
@@ -60,22 +70,29 @@ def run(args) -> int:
 
     from ..profile import load_profile
     from ..signature import load_signature
-    from ..sweep import knobs_of, parse_knob, sweep
+    from ..sweep import FIGURE_UNITS, figure, knobs_of, parse_knob, sweep
     from .predict import classify, skipped_lines, usable_for
 
-    knobs = [parse_knob(v) for v in args.vary] or None
+    knobs = [parse_knob(v) for v in args.vary] + [parse_knob(v, set_values=True) for v in args.set] or None
+    if args.together and knobs is None:
+        raise InputError("--together needs knobs to apply (--vary KNOB=F or --set KNOB=V)")
     sig_paths, machine_paths = classify(args.paths)
     profiles = [load_profile(p) for p in machine_paths]
     if args.knobs:
         for prof in profiles:
-            print(f"{prof.name}: {', '.join(knobs_of(prof)) or 'none'}")
+            print(f"{prof.name}:")
+            for k in knobs_of(prof):
+                v = figure(prof, k)
+                unit = FIGURE_UNITS[k.rpartition('.')[2]]
+                print(f"  {k:28s} {format_quantity(v, unit, digits=4) if v is not None else '(its links differ)'}")
         return 0
     tables, notes, skipped = [], [], []
     for sp in sig_paths:
         sig = load_signature(sp)
         usable = [profiles[i] for i in usable_for(sig, profiles, skipped, ranks_per_node=args.ranks_per_node)]
         if usable:
-            df, n = sweep(sig, usable, knobs, ranks_per_node=args.ranks_per_node, contention=args.contention)
+            df, n = sweep(sig, usable, knobs, together=args.together, ranks_per_node=args.ranks_per_node,
+                          contention=args.contention)
             tables.append(df)
             notes.append((sig.name, n))
     if not tables:
