@@ -36,10 +36,14 @@ Knobs (``KNOBS``; ``LEVEL`` is a data cache level of the profile, e.g. ``L2``):
   chain's operation, a mispredicted branch, a loop's own work) stay: a wider or more numerous FP
   unit, not a faster clock.
 
-The result is a table with one row per (signature, machine, knob, factor): predicted total,
-compute, communication and wait, and ``time_ratio`` (the copy's time over the profile's own;
-below 1 the change buys time) with ``speedup_ratio`` its inverse. The profile's own prediction is
-the row with knob ``base`` and factor 1.
+A knob is scaled by factors, or set to values of the figure a specification quotes for it
+(:func:`figure`: the factor is the value over the profile's figure); with ``together`` every
+change goes into one copy (a candidate machine that differs in several ways).
+
+The result is a table with one row per (signature, machine, knob, factor): the knob's figure in
+the copy, predicted total, compute, communication and wait, and ``time_ratio`` (the copy's time
+over the profile's own; below 1 the change buys time) with ``speedup_ratio`` its inverse. The
+profile's own prediction is the row with knob ``base`` and factor 1.
 """
 
 from __future__ import annotations
@@ -62,7 +66,6 @@ from .units import parse_quantity
 #: the knobs that do not depend on the profile's cache names (``LEVEL.size``/``.bandwidth`` do)
 LINK_ATTRIBUTES = ("mpi_latency", "latency", "bandwidth", "overhead")
 NETWORK_KNOBS = tuple(f"network{scope}.{what}" for scope in ("", ".intra", ".inter") for what in LINK_ATTRIBUTES)
-FIXED_KNOBS = NETWORK_KNOBS + ("memory.bandwidth", "compute.flops")
 #: what ``pmac sweep`` varies when told nothing: the procurement questions of the module docstring
 DEFAULT_FACTORS = (0.5, 2.0)
 #: ``value``: the knob's figure in the copy (:func:`figure`, in ``unit``; NaN for the profile's own
