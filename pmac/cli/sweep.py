@@ -22,10 +22,11 @@ HELP = "what-if: predict with profile attributes scaled (latency, bandwidths, ca
 def add_arguments(p):
     p.add_argument("paths", nargs="*", metavar="SIGNATURE|MACHINE",
                    help="signatures/NAME folders and machines/NAME.yaml files (default: all shipped)")
-    p.add_argument("--vary", action="append", default=[], metavar="KNOB[=F1,F2,...]",
+    p.add_argument("--vary", action="append", dest="changes", default=[], type=lambda t: ("vary", t),
+                   metavar="KNOB[=F1,F2,...]",
                    help="scale KNOB by each factor (default factors 0.5,2), e.g. network.mpi_latency=0.5 or "
                         "L3.size=0.5,2,4; repeat for more knobs (--knobs lists a machine's)")
-    p.add_argument("--set", action="append", default=[], metavar="KNOB=V1[,V2,...]",
+    p.add_argument("--set", action="append", dest="changes", type=lambda t: ("set", t), metavar="KNOB=V1[,V2,...]",
                    help="set KNOB's figure to each value, units allowed (network.inter.mpi_latency=1.5us, "
                         "L3.size=96MiB, memory.bandwidth=200GB/s, compute.flops=100Gflop/s; --knobs shows the "
                         "figures now)")
@@ -73,7 +74,8 @@ def run(args) -> int:
     from ..sweep import FIGURE_UNITS, figure, knobs_of, parse_knob, sweep
     from .predict import classify, skipped_lines, usable_for
 
-    knobs = [parse_knob(v) for v in args.vary] + [parse_knob(v, set_values=True) for v in args.set] or None
+    # in the order given
+    knobs = [parse_knob(text, set_values=kind == "set") for kind, text in args.changes] or None
     if args.together and knobs is None:
         raise InputError("--together needs knobs to apply (--vary KNOB=F or --set KNOB=V)")
     sig_paths, machine_paths = classify(args.paths)
