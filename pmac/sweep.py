@@ -98,6 +98,7 @@ class Knob:
         """The factors that take this profile's figure to ``values`` (or ``factors`` as given)."""
         if self.factors:
             return self.factors
+        apply_knob(profile, self.name, 1.0)   # an unknown knob, or a section missing, said as apply_knob says it
         now = figure(profile, self.name)
         if now is None or not now > 0:
             raise InputError(f"sweep: {self.name} of machine '{profile.name}' is "

@@ -158,6 +158,10 @@ def test_knobs_and_errors_by_message():
         parse_knob("L3.size=-1")
     with pytest.raises(InputError, match=r"unknown knob 'L4.size' for machine 'epyc-vm' \(its knobs: network.mpi_latency, network.latency"):
         apply_knob(prof, "L4.size", 2)
+    with pytest.raises(InputError, match="unknown knob 'network.foo.latency' for machine 'epyc-vm'"):
+        Knob(name="network.foo.latency", values=(1e-6,)).factors_for(prof)
+    with pytest.raises(MissingSectionError, match="inter_node"):
+        Knob(name="network.inter.mpi_latency", values=(1e-6,)).factors_for(prof)
     imported = load_profile(REPO / "machines" / "skylakesp-gold6148.yaml")
     with pytest.raises(MissingSectionError, match="network"):
         apply_knob(imported, "network.latency", 2)
