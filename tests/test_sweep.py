@@ -262,3 +262,10 @@ def test_set_figures_and_knobs_together():
     assert figure(emu, "network.mpi_latency") is None
     with pytest.raises(InputError, match="network.mpi_latency of machine 'emu-tcp' is not one figure"):
         Knob(name="network.mpi_latency", values=(1e-6,)).factors_for(emu)
+
+
+def test_cli_plot_writes_a_png(tmp_path, capsys):
+    out = tmp_path / "sweep.png"
+    assert main(["sweep", str(STREAM), str(EPYC), "--vary", "memory.bandwidth=0.5,2", "--plot", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000

@@ -37,6 +37,9 @@ def add_arguments(p):
     p.add_argument("--ranks-per-node", type=int, metavar="N",
                    help="ranks placed block-wise per node (default: the node's core count)")
     p.add_argument("--contention", action="store_true", help="model link contention on the profile's topology")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also draw each signature and machine's changes as bars (matplotlib): time against the "
+                        "machine as it is, per knob and factor")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print JSON instead of text")
     fmt.add_argument("--csv", action="store_true", help="print CSV (one row per signature, machine, knob, factor)")
@@ -101,6 +104,8 @@ def run(args) -> int:
         raise InputError("no machine has the sections needed for the given signatures"
                          + ("".join(f"; {line}" for line in skipped_lines(skipped))))
     df = pd.concat(tables, ignore_index=True)
+    if args.plot:
+        plot_sweep(df, args.plot)
     if args.json:
         doc = {"sweep": json.loads(df.to_json(orient="records", double_precision=15)),
                "notes": [{"signature": s, "notes": n} for s, n in notes],
@@ -118,4 +123,40 @@ def run(args) -> int:
             print("not predicted (the machine lacks what the prediction needs):")
             for line in skipped_lines(skipped):
                 print(f"  {line}")
+        if args.plot:
+            print(f"wrote {args.plot}")
     return 0
+
+
+def plot_sweep(df, path: str) -> None:
+    """One panel per signature and machine: a bar per copy, its predicted time against the
+    machine's own in per cent (left: faster), labelled with the knob and factor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from io import BytesIO
+
+    import matplotlib.pyplot as plt
+
+    from ..schema import atomic_write_bytes
+
+    panels = [(key, g[g["knob"] != "base"]) for key, g in df.groupby(["signature", "machine"], sort=False)]
+    heights = [max(len(g), 1) for _, g in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.0 + 0.3 * sum(heights) + 0.6 * len(panels)),
+                             squeeze=False, gridspec_kw={"height_ratios": heights})
+    for ax, ((sig, machine), g) in zip(axes[:, 0], panels):
+        change = 100.0 * (g["time_ratio"].to_numpy() - 1.0)
+        labels = [k if f != f else f"{k} x{f:.3g}" for k, f in zip(g["knob"], g["factor"])]
+        y = range(len(g))
+        ax.barh(list(y), change, color=["tab:green" if c < 0 else "tab:red" for c in change])
+        ax.set_yticks(list(y))
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.axvline(0.0, color="black", linewidth=0.8)
+        ax.set_title(f"{sig} on {machine}: predicted time against the machine as it is", fontsize=9)
+    axes[-1, 0].set_xlabel("change in predicted time (%)")
+    fig.tight_layout()
+    buf = BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
