@@ -296,11 +296,18 @@ def plot_timeline(preds, path: str) -> None:
         ax.set_yticks(sorted(g["rank"].unique()))
         ax.invert_yaxis()
     axes[-1, 0].set_xlabel("time (s)")
-    fig.tight_layout()
+    save_png(fig, path)
+
+
+def save_png(fig, path: str) -> None:
+    """Write a matplotlib figure as PNG, atomically (never a half-written file), and close it."""
     from io import BytesIO
+
+    import matplotlib.pyplot as plt
 
     from ..schema import atomic_write_bytes
 
+    fig.tight_layout()
     buf = BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)

@@ -134,11 +134,9 @@ def plot_sweep(df, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from io import BytesIO
-
     import matplotlib.pyplot as plt
 
-    from ..schema import atomic_write_bytes
+    from .predict import save_png
 
     panels = [(key, g[g["knob"] != "base"]) for key, g in df.groupby(["signature", "machine"], sort=False)]
     heights = [max(len(g), 1) for _, g in panels]
@@ -155,8 +153,4 @@ def plot_sweep(df, path: str) -> None:
         ax.axvline(0.0, color="black", linewidth=0.8)
         ax.set_title(f"{sig} on {machine}: predicted time against the machine as it is", fontsize=9)
     axes[-1, 0].set_xlabel("change in predicted time (%)")
-    fig.tight_layout()
-    buf = BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    save_png(fig, path)
