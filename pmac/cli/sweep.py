@@ -1,11 +1,11 @@
 """pmac sweep [SIGNATURE...] [MACHINE...] [--vary KNOB=F1,F2 ...] [--set KNOB=V1,V2 ...] [--together]:
 what a hardware change would buy.
 
-Each machine is predicted as it is and with each knob scaled by each factor (pmac.sweep: the
-knobs and what each scales). Without ``--vary``: halve and double the network's MPI latency
-(a small message's one-way time) and bandwidth, memory's bandwidth, the last cache level's size
-and the flop rates. Paths as for
-``pmac predict`` (no signature: the shipped ones; no machine: the shipped ones).
+Each machine is predicted as it is and with each knob scaled by each factor, or set to each value
+(pmac.sweep: the knobs and what each scales). Without ``--vary`` or ``--set``: halve and double the
+network's MPI latency (a small message's one-way time) and bandwidth, memory's bandwidth, the last
+cache level's size and the flop rates. Paths as for ``pmac predict`` (no signature: the shipped
+ones; no machine: the shipped ones).
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def _t(seconds: float) -> str:
 
 def format_sweep(df) -> str:
     """One block per signature and machine: the profile's own prediction, then a row per copy."""
+    from .predict import _fmt_table
+
     out = []
     for (sig, machine), g in df.groupby(["signature", "machine"], sort=False):
         base = g[g["knob"] == "base"].iloc[0]
@@ -62,10 +64,7 @@ def format_sweep(df) -> str:
                  f"{r.speedup_ratio:.3f}x", _t(r.compute_s), _t(r.comm_s), _t(r.wait_s)]
                 for r in g[g["knob"] != "base"].itertuples()]
         header = ["knob", "factor", "figure", "time", "change", "speed-up", "compute", "comm", "wait"]
-        widths = [max(len(x[i]) for x in rows + [header]) for i in range(len(header))]
-        out.append("  " + "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))))
-        for r in rows:
-            out.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        out += ["  " + line for line in _fmt_table(rows, header).splitlines()]
     return "\n".join(out)
 
 
