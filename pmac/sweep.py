@@ -259,9 +259,18 @@ def variant_name(profile: MachineProfile, knob: str, factor: float) -> str:
 
 
 def apply_knob(profile: MachineProfile, knob: str, factor: float) -> MachineProfile:
-    """A copy of ``profile`` with ``knob`` scaled by ``factor``, named after the change. An unknown
-    knob, or one whose section the profile lacks, is an :class:`InputError` /
-    :class:`MissingSectionError` naming the machine and what it has."""
+    """A copy of ``profile`` with ``knob`` scaled by ``factor``, named after the change, its
+    provenance listing the changes made to the measured profile (``what_if``: a copy saved to a
+    file does not pass for a machine measured). An unknown knob, or one whose section the profile
+    lacks, is an :class:`InputError` / :class:`MissingSectionError` naming the machine and what it
+    has."""
+    out = _scaled(profile, knob, factor)
+    prov = dict(profile.provenance or {})
+    prov["what_if"] = [*prov.get("what_if", []), f"{knob} x{factor:g}"]
+    return dataclasses.replace(out, provenance=prov)
+
+
+def _scaled(profile: MachineProfile, knob: str, factor: float) -> MachineProfile:
     Knob(name=knob, factors=(factor,))   # validates the name and the factor
     head, _, what = knob.rpartition(".")
     name = variant_name(profile, knob, factor)

@@ -104,8 +104,11 @@ def test_a_smaller_cache_is_never_faster():
     assert l3.size_bytes == l3_0.size_bytes // 2 and l3.probed_size_bytes == l3_0.size_bytes
     link = base.network.intra_node
     assert np.array_equal(pol.level_costs(link, small.node.caches), pol.level_costs(link, base.node.caches))
-    # chained: the size probed stays the first one
-    assert apply_knob(small, "L3.size", 4.0).node.caches[-1].probed_size_bytes == l3_0.size_bytes
+    # chained: the size probed stays the first one; the provenance lists every change
+    again = apply_knob(small, "L3.size", 4.0)
+    assert again.node.caches[-1].probed_size_bytes == l3_0.size_bytes
+    assert again.provenance["what_if"] == ["L3.size x0.5", "L3.size x4"] and "what_if" not in base.provenance
+    assert again.provenance["command"] == base.provenance["command"]
 
 
 def test_links_scaled_and_their_measured_table_dropped():
@@ -269,3 +272,19 @@ def test_cli_plot_writes_a_png(tmp_path, capsys):
     assert main(["sweep", str(STREAM), str(EPYC), "--vary", "memory.bandwidth=0.5,2", "--plot", str(out)]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+
+
+def test_a_what_if_copy_round_trips_through_its_file(tmp_path):
+    """Saved (profile schema 15), a copy keeps its cache's probed size and its list of changes."""
+    from pmac.profile import save_profile
+
+    base = load_profile(EPYC)
+    copy = apply_knob(apply_knob(base, "L2.size", 2.0), "network.mpi_latency", 0.5)
+    path = tmp_path / "what-if.yaml"
+    save_profile(copy, path)
+    back = load_profile(path)
+    assert back.node.caches[1].size_bytes == 2 * 2**20 and back.node.caches[1].probed_size_bytes == 2**20
+    assert back.provenance["what_if"] == ["L2.size x2", "network.mpi_latency x0.5"]
+    assert back.network.intra_node.send_overhead_s == pytest.approx(base.network.intra_node.send_overhead_s / 2,
+                                                                    rel=1e-15)
+    assert "schema_version: 15" in path.read_text()
