@@ -118,9 +118,36 @@ def iterations(n_bytes: int, batch_s: float, cap: int = 5000) -> int:
 
 # ---------------------------------------------------------------- timed loops (numba backend)
 
+#: ints of room per MPI_Status in the kernels' MPI_Waitall (MPICH's status is 5 ints, Open MPI's 6:
+#: numba-mpi's own waitall sizes its buffer for MPICH's, and under Open MPI the library wrote past
+#: it, "double free or corruption" in the streaming test, 28 Nov 2026, Open MPI 5.0.11 wheel)
+STATUS_INTS = 16
+
+
+def _waitall_kernel():
+    """MPI_Waitall on an array of numba-mpi requests, with room for any MPI's statuses."""
+    import ctypes
+
+    import numba
+    from numba_mpi.common import libmpi
+
+    mpi_waitall = libmpi.MPI_Waitall
+    mpi_waitall.restype = ctypes.c_int
+    mpi_waitall.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+
+    @numba.njit
+    def waitall(reqs):
+        statuses = np.empty(reqs.size * STATUS_INTS, dtype=np.intc)
+        return mpi_waitall(reqs.size, reqs.ctypes.data, statuses.ctypes.data)
+
+    return waitall
+
+
 def _numba_kernels():
     import numba
     import numba_mpi as nm
+
+    waitall = _waitall_kernel()
 
     @numba.njit(cache=False)  # numba-mpi uses ctypes pointers: not cacheable
     def pingpong(buf, n_bytes, iters, first, peer):
@@ -146,7 +173,7 @@ def _numba_kernels():
                 else:
                     _, r = nm.irecv(view, peer, 2)
                 reqs[w] = r[0]
-            nm.waitall(reqs)
+            waitall(reqs)
             if first:
                 nm.recv(ack, peer, 3)
             else:
@@ -200,7 +227,7 @@ def _numba_kernels():
             reqs[0] = r[0]
             _, r = nm.isend(view, peer, 14)
             reqs[1] = r[0]
-            nm.waitall(reqs)
+            waitall(reqs)
         return nm.wtime() - t0
 
     return pingpong, stream, overhead, burst, exchange
