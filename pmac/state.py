@@ -182,7 +182,7 @@ def two_states_note(comp: pd.DataFrame) -> str | None:
     else None. Why it matters: a pooled profile's median lands in whichever state most of its
     repetitions ran in, and the predictions made with it are for that state (on pmac's EPYC VM of
     28 Nov 2026 one sitting of four probes priced a loop's work at 0.56 ns, 24 probes over two hours
-    at 0.33: README, machines/README.md)."""
+    at 0.33: machines/README.md)."""
     slow = {k: s for k, s in slow_shares(comp).items() if s >= SLOW_STATE_SHARE}
     if not slow:
         return None
