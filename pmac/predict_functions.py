@@ -43,9 +43,12 @@ UNSPLIT = "(unsplit bursts)"
 
 
 def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_per_node: int | None = None,
-                   capacity: str = "nominal") -> pd.DataFrame:
+                   capacity: str = "nominal", by_rank: bool = False, leave_out=None) -> pd.DataFrame:
     """The table of the module docstring, functions by descending time within each machine; the
-    ranks placed per node as ``pmac.predict.predict`` places them."""
+    ranks placed per node as ``pmac.predict.predict`` places them. ``by_rank``: one row per rank
+    and function (a ``rank`` column after ``machine``; a burst counts for the rank that ran it
+    where its uses are counted, so a rank the memory tracer skipped has no rows). ``leave_out``:
+    ``(rank, seq)`` keys (a MultiIndex) of bursts not to count."""
     mem = sig.memory
     if not mem or mem.get("bursts") is None or len(mem["bursts"]) == 0:
         raise InputError(f"{sig.name}: no memory signature: per-function times need one "
@@ -56,6 +59,8 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
     idx, _ = event_bursts(ba, sig.events)
     used = idx >= 0
     uses = np.bincount(idx[used], minlength=ba.n_bursts).astype(np.float64)
+    if leave_out is not None and len(leave_out):
+        uses[pd.MultiIndex.from_arrays([ba.rank.astype(np.int64), ba.seq.astype(np.int64)]).isin(leave_out)] = 0.0
     traced_b = np.bincount(idx[used], weights=sig.events["burst_s"].to_numpy(np.float64)[used],
                            minlength=ba.n_bursts)
     # rows: the phases' (burst, function) rows, then one row per burst without any
@@ -93,12 +98,13 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
         t_burst = np.bincount(all_b, weights=t, minlength=ba.n_bursts)
         frac = np.where(t_burst[all_b] > 0, t / np.where(t_burst[all_b] > 0, t_burst[all_b], 1.0), 0.0)
         df = pd.DataFrame({
-            "function": names, "bursts": w,
+            "rank": ba.rank[all_b].astype(np.int64), "function": names, "bursts": w,
             "instructions": np.concatenate([r_ins, ins_b[alone]]) * w,
             "bytes": np.concatenate([r_bytes, bytes_b[alone]]) * w,
             "flop": np.concatenate([r_flop, flop_b[alone]]) * w,
             "memory_s": m * w, "compute_s": c * w, "time_s": t * w, "traced_s": traced_b[all_b] * frac})
-        g = df.groupby("function", sort=False).sum()
+        keys = ["rank", "function"] if by_rank else ["function"]
+        g = df.drop(columns=[] if by_rank else ["rank"]).groupby(keys, sort=False).sum()
         g = g[g["bursts"] > 0]
         total = g["time_s"].sum()
         g["share"] = g["time_s"] / total if total > 0 else 0.0
@@ -110,7 +116,8 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
         g["object"] = [objects.get(f, "") for f in g["function"]]
         g["bursts"] = g["bursts"].round().astype(np.int64)
         out.append(g)
-    return pd.concat(out, ignore_index=True)[list(FUNCTION_COLUMNS)]
+    cols = list(FUNCTION_COLUMNS)
+    return pd.concat(out, ignore_index=True)[cols[:1] + ["rank"] + cols[1:] if by_rank else cols]
 
 
 def _lone_names(mem: dict, ba, alone: np.ndarray) -> np.ndarray:

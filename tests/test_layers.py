@@ -10,7 +10,7 @@ LAYERS = [
     {"__init__", "units", "errors"},
     {"schema", "table", "mpi"},
     {"profile", "trace", "memsig"},
-    {"signature", "fit", "capacity", "noise", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace",
+    {"signature", "counters", "fit", "capacity", "noise", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace",
      "shim", "vgtool", "rawtrace"},
     {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand", "pollution", "interpreter",
      "phases"},

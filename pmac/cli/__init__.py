@@ -26,6 +26,8 @@ COMMANDS = {
     "export": "export",
     "check": "check",
     "sweep": "sweep",
+    "scale": "scale",
+    "cluster": "cluster",
 }
 
 
