@@ -156,17 +156,13 @@ def scaling_runs(tmp_path_factory):
     res = subprocess.run(["bash", str(REPO / "examples" / "build.sh"), sys.executable], capture_output=True,
                          text=True, timeout=180)
     assert res.returncode == 0, res.stderr
-    from pmac.mpi import find_mpi
-
     base = tmp_path_factory.mktemp("scaling")
-    out = {}
-    for p in (1, 2, 4, 8):
-        d = base / f"st-n{p}"
-        with redirect_stdout(io.StringIO()):
-            rc = main(["trace", "--memory", "-o", str(d), "--", find_mpi().mpiexec, "-n", str(p),
-                       str(REPO / "examples" / "build" / "stencil2d"), str(N), str(ITERS)])
-        assert rc == 0
-        out[p] = d
+    with redirect_stdout(io.StringIO()) as buf:
+        rc = main(["trace", "--memory", "-o", str(base / "st"), "--scaling", "1,2,4,8", "--",
+                   str(REPO / "examples" / "build" / "stencil2d"), str(N), str(ITERS)])
+    assert rc == 0
+    assert f"traced at 1, 2, 4, 8 ranks: {base / 'st'}-n1" in buf.getvalue()
+    out = {p: base / f"st-n{p}" for p in (1, 2, 4, 8)}
     return out
 
 
@@ -243,6 +239,14 @@ def test_pmac_scale_errors(scaling_runs, capsys):
     assert "two signatures at 2 ranks" in capsys.readouterr().err
     assert main(["scale", *(str(scaling_runs[p]) for p in (1, 2, 4)), "--at", "lots"]) == 2
     assert "--at: process counts as whole numbers" in capsys.readouterr().err
+
+
+def test_trace_scaling_refuses_a_launcher_and_bad_counts(capsys, tmp_path):
+    assert main(["trace", "-o", str(tmp_path / "x"), "--scaling", "1,2", "--", "mpiexec", "-n", "2", "./a"]) == 2
+    assert "--scaling launches the program itself: give it without the launcher" in capsys.readouterr().err
+    assert main(["trace", "-o", str(tmp_path / "x"), "--scaling", "2,2", "--", "./a"]) == 2
+    assert "expected distinct process counts >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "x-n2").exists()
 
 
 def test_pmac_cluster_cli(scaling_runs, tmp_path):

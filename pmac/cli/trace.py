@@ -1,7 +1,11 @@
 """pmac trace -o signatures/NAME [--param k=v ...] [--memory [--ranks 0]] -- mpiexec -n 4 ./app args
+pmac trace -o runs/NAME --scaling 1,2,4,8 [--memory] -- ./app args
 
 Runs the command with the PMPI shim preloaded (built for the MPI the program loads, cached) and
-writes the signature's MPI event tables; ``--memory`` also takes a memory signature.
+writes the signature's MPI event tables; ``--memory`` also takes a memory signature. With
+``--scaling``, the command is the program alone: it is launched at each process count with the
+project's MPI (pmac.mpi.launch_command: the flags that MPI needs, as root too) into
+``NAME-nP``, the series ``pmac scale`` and ``pmac cluster`` take.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ def add_arguments(p):
     p.add_argument("--no-mpi", action="store_true", help="with --memory: skip the MPI trace")
     p.add_argument("--keep-raw", action="store_true", help="keep the per-rank raw files in NAME/raw/")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="kill the program after this")
+    p.add_argument("--scaling", default=None, metavar="P1,P2,...",
+                   help="trace the program (COMMAND without mpiexec) at each process count into NAME-nP, "
+                        "launched with the project's mpiexec: a series for pmac scale")
     p.add_argument("argv", nargs="+", metavar="-- COMMAND", help="the MPI command line, after --")
 
 
@@ -69,6 +76,8 @@ def run(args) -> int:
     if args.ranks and not args.memory:
         raise InputError("--ranks selects the ranks of a memory trace: add --memory")
     out = Path(args.output)
+    if args.scaling is not None:
+        return _run_scaling(args, argv, out)
     _check_output(out)
     params = _params(args.param)
     status = 0
@@ -107,4 +116,32 @@ def run(args) -> int:
         with ProgressBar("memory") as bar:
             trace_memory(argv, out, ranks=ranks, progress=bar)
         print(f"{out}: memory signature written")
+    return status
+
+
+def _run_scaling(args, argv: list[str], out) -> int:
+    """``--scaling``: one trace per process count into ``OUT-nP``, in the order given."""
+    import argparse
+    from pathlib import Path
+
+    from ..errors import InputError
+    from ..mpi import launch_command
+
+    try:
+        counts = [int(x) for x in args.scaling.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--scaling {args.scaling!r}: expected process counts like 1,2,4,8") from None
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise InputError(f"--scaling {args.scaling!r}: expected distinct process counts >= 1")
+    if Path(argv[0]).name.startswith(("mpiexec", "mpirun", "srun")):
+        raise InputError("--scaling launches the program itself: give it without the launcher "
+                         "(pmac trace -o runs/NAME --scaling 1,2,4 -- ./app ARGS)")
+    status = 0
+    for n in counts:
+        sub = argparse.Namespace(**{**vars(args), "scaling": None, "output": f"{out}-n{n}",
+                                    "argv": launch_command(n, argv)})
+        status = max(status, run(sub))
+    print(f"traced at {', '.join(map(str, counts))} ranks: {', '.join(f'{out}-n{n}' for n in counts)}"
+          + (f"; pmac scale {out}-n* fits their counts" if args.memory else
+             "; add --memory for the per-function counts pmac scale fits"))
     return status
