@@ -208,23 +208,35 @@ def reduce_ranks(counters: pd.DataFrame, over_ranks: str = "max") -> pd.DataFram
 
 def fit_models(table: pd.DataFrame, *, up_to: float | None = None) -> pd.DataFrame:
     """A model per (function, metric) of a reduced table (:func:`reduce_ranks`), with the figure
-    of each run; a (function, metric) missing from a run counts 0 there (the run did not call
-    it). Columns :data:`MODEL_COLUMNS` plus ``model_obj`` (the :class:`ScalingModel`)."""
+    of each run (``at_P``). A metric is fitted over the runs that have it at all (a counter file
+    may cover some runs only; ``at_P`` is NaN where it has none); within them a function without
+    a row counts 0 (the run did not call it). A metric of fewer than :data:`MIN_RUNS` runs is
+    left out and named in ``attrs["skipped"]``. Columns :data:`MODEL_COLUMNS`, ``model_obj``
+    (the :class:`ScalingModel`) and ``at_P`` per run."""
     runs = np.sort(table["n_ranks"].unique())
     if len(runs) < MIN_RUNS:
         raise InputError(f"scaling models need runs at {MIN_RUNS} or more process counts, got "
                          f"{', '.join(str(int(r)) for r in runs) or 'none'}")
-    wide = table.pivot_table(index=["function", "metric"], columns="n_ranks", values="value",
-                             aggfunc="sum", fill_value=0.0).reindex(columns=runs, fill_value=0.0)
-    ys = wide.to_numpy(np.float64)
-    fitted = fit_many(runs.astype(np.float64), ys, up_to=up_to) if len(ys) else []
-    rows = []
-    for ((function, metric), y), m in zip(zip(wide.index, ys), fitted):
-        rows.append({"function": function, "metric": metric, "model": m.formula(), "c0": m.c0, "c1": m.c1,
-                     "exponent": float(m.exponent), "log_exponent": m.log_exponent, "smape_pct": m.smape_pct,
-                     "loo_smape_pct": m.loo_smape_pct, "n_runs": m.n_runs, "model_obj": m,
-                     **{f"at_{int(r)}": float(v) for r, v in zip(runs, y)}})
-    return pd.DataFrame(rows)
+    rows, skipped = [], []
+    for metric, part in table.groupby("metric", sort=True):
+        have = np.sort(part["n_ranks"].unique())
+        if len(have) < MIN_RUNS:
+            skipped.append(f"{metric} (runs at {', '.join(str(int(r)) for r in have)})")
+            continue
+        wide = part.pivot_table(index="function", columns="n_ranks", values="value", aggfunc="sum",
+                                fill_value=0.0).reindex(columns=have, fill_value=0.0)
+        ys = wide.to_numpy(np.float64)
+        for function, y, m in zip(wide.index, ys, fit_many(have.astype(np.float64), ys, up_to=up_to)):
+            at = dict(zip(have, y))
+            rows.append({"function": function, "metric": metric, "model": m.formula(), "c0": m.c0, "c1": m.c1,
+                         "exponent": float(m.exponent), "log_exponent": m.log_exponent, "smape_pct": m.smape_pct,
+                         "loo_smape_pct": m.loo_smape_pct, "n_runs": m.n_runs, "model_obj": m,
+                         **{f"at_{int(r)}": float(at.get(r, np.nan)) for r in runs}})
+    if not rows:
+        raise InputError("no metric has runs at " + f"{MIN_RUNS} or more process counts: " + "; ".join(skipped))
+    out = pd.DataFrame(rows)
+    out.attrs["skipped"] = skipped
+    return out
 
 
 def rank_at(models: pd.DataFrame, metric: str, p: float) -> pd.DataFrame:
@@ -235,7 +247,7 @@ def rank_at(models: pd.DataFrame, metric: str, p: float) -> pd.DataFrame:
     if len(sel) == 0:
         known = ", ".join(sorted(models["metric"].unique()))
         raise InputError(f"no metric {metric!r} in the counters (these are: {known})")
-    now_col = max((c for c in sel.columns if c.startswith("at_")), key=lambda c: int(c[3:]))
+    now_col = max((c for c in sel.columns if c.startswith("at_") and sel[c].notna().any()), key=lambda c: int(c[3:]))
     now = sel[now_col].to_numpy(np.float64)
     at = np.array([max(float(m(p)), 0.0) for m in sel["model_obj"]])
     out = pd.DataFrame({"function": sel["function"].to_numpy(), "value_now": now,

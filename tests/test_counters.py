@@ -217,13 +217,15 @@ def test_pmac_scale_cli(scaling_runs):
 
 def test_pmac_scale_with_a_machine_and_a_counter_file(scaling_runs, tmp_path):
     csv = tmp_path / "hw.csv"
+    # measured at 2, 4 and 8 ranks only: fitted over those three, not read as 0 at 1 rank
     csv.write_text("n_ranks,function,metric,value\n" + "".join(f"{p},main,PAPI_TOT_CYC,{3e6 / p + 1000}\n"
-                                                               for p in (1, 2, 4, 8)))
+                                                               for p in (2, 4, 8)))
     paths = [str(scaling_runs[p]) for p in (1, 2, 4, 8)]
     rc, out = _run(["scale", *paths, str(REPO / "machines" / "emu-tcp-1gbit.yaml"), str(csv), "--csv"])
     assert rc == 0
     df = pd.read_csv(io.StringIO(out)).set_index(["function", "metric"])
     assert df.loc[("main", "PAPI_TOT_CYC"), "c1"] == pytest.approx(3e6, rel=1e-9)
+    assert np.isnan(df.loc[("main", "PAPI_TOT_CYC"), "at_1"]) and df.loc[("main", "PAPI_TOT_CYC"), "n_runs"] == 3
     assert ("main", "time_s") in df.index and ("main", "L1_misses") in df.index
     assert ("(run)", "finish_s") in df.index
     # a machine of one node cannot place 8 ranks: counts and misses, no times, and a note saying so

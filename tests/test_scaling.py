@@ -118,6 +118,20 @@ def test_ranking_at_scale_puts_the_growing_function_first():
         rank_at(models, "cycles", 64)
 
 
+def test_a_metric_is_fitted_over_the_runs_that_have_it():
+    t = reduce_ranks(_table(), "max")
+    p8 = pd.DataFrame([(p, "kernel", "cycles", 1e6 / p) for p in (4, 8)] + [(1, "x", "ipc", 2.0)],
+                      columns=["n_ranks", "function", "metric", "value"])
+    extra = pd.DataFrame([(p, "kernel", "PAPI_TOT_CYC", 1e6 / p + 10.0) for p in (2, 4, 8)],
+                         columns=["n_ranks", "function", "metric", "value"])
+    m = fit_models(pd.concat([t, extra, p8], ignore_index=True))
+    row = m[(m["function"] == "kernel") & (m["metric"] == "PAPI_TOT_CYC")].iloc[0]
+    assert row["c1"] == pytest.approx(1e6, rel=1e-9) and row["c0"] == pytest.approx(10.0, rel=1e-6)
+    # the instructions' runs (2, 4, 8) are all there; "cycles" has two runs and "ipc" one: left out, named
+    assert m.attrs["skipped"] == ["cycles (runs at 4, 8)", "ipc (runs at 1)"]
+    assert np.isnan(row["at_1"]) and row["at_8"] == pytest.approx(1e6 / 8 + 10.0)
+
+
 def test_fit_models_needs_three_process_counts():
     t = _table()
     with pytest.raises(InputError, match="runs at 3 or more process counts, got 2, 4"):

@@ -154,8 +154,9 @@ def run(args) -> int:
     print(f"scaling of {len(runs)} runs at {', '.join(map(str, runs))} ranks: {names}; per run the "
           f"{ {'max': 'largest rank', 'mean': 'mean over ranks', 'sum': 'sum over ranks'}[args.over_ranks]}'s counts")
     print(counts_line(profile, measured, status, timed))
-    runcols = [f"at_{r}" for r in runs]
     sel = models[(models["metric"] == metric) & ~models["function"].str.startswith(MPI_PREFIX)]
+    mruns = [r for r in runs if sel[f"at_{r}"].notna().any()]  # the runs that have this metric
+    runcols = [f"at_{r}" for r in mruns]
     top_at = rankings[max(at)]
     keep = set(sel.loc[sel[runcols[-1]] >= args.min_share * sel[runcols[-1]].sum(), "function"])
     keep |= set(top_at.loc[top_at["share_at"] >= args.min_share, "function"])
@@ -164,30 +165,31 @@ def run(args) -> int:
           f"{max(at)} ranks; {len(sel) - len(shown)} others; --csv or --json: every function and metric):")
     rows = [[r.function, *[_n(getattr(r, c)) for c in runcols], r.model, _n(r.smape_pct), _n(r.loo_smape_pct)]
             for r in shown.itertuples()]
-    print(_fmt_table(rows, ["function", *[f"p={r}" for r in runs], "model", "fit SMAPE %", "LOO SMAPE %"]))
+    print(_fmt_table(rows, ["function", *[f"p={r}" for r in mruns], "model", "fit SMAPE %", "LOO SMAPE %"]))
     mpi = models[models["function"].str.startswith(MPI_PREFIX) & models["metric"].isin(["mpi_calls", "mpi_send_bytes"])]
-    mpi = mpi[(mpi[runcols] > 0).any(axis=1)]
+    mpicols = [f"at_{r}" for r in runs]
+    mpi = mpi[(mpi[mpicols] > 0).any(axis=1)]
     if len(mpi):
         print("\nMPI per rank (calls and bytes sent by operation):")
-        rows = [[r.function, r.metric, *[_n(getattr(r, c)) for c in runcols], r.model, _n(r.loo_smape_pct)]
+        rows = [[r.function, r.metric, *[_n(getattr(r, c)) for c in mpicols], r.model, _n(r.loo_smape_pct)]
                 for r in mpi.itertuples()]
         print(_fmt_table(rows, ["operation", "metric", *[f"p={r}" for r in runs], "model", "LOO SMAPE %"]))
     for p, rk in rankings.items():
-        far = p / runs[-1]
+        far = p / mruns[-1]
         print(f"\nranked by {metric} at {p} ranks ({'extrapolated ' + format(far, '.3g') + 'x beyond' if far > 1 else 'within'}"
-              f" the largest run, {runs[-1]}):")
+              f" the largest run, {mruns[-1]}):")
         rows = [[str(r.rank_at), r.function, _n(r.value_now), f"{100 * r.share_now:.1f} %", f"#{r.rank_now}",
                  _n(r.value_at) + ("" if r.loo_smape_pct <= TRUST_PCT else " ?"), f"{100 * r.share_at:.1f} %",
                  f"{r.growth_ratio:.3g}x", _n(r.loo_smape_pct)]
                 for r in rk.head(args.top).itertuples()]
-        print(_fmt_table(rows, ["#", "function", f"p={runs[-1]}", "share", "rank", f"p={p}", "share", "growth",
+        print(_fmt_table(rows, ["#", "function", f"p={mruns[-1]}", "share", "rank", f"p={p}", "share", "growth",
                                 "LOO SMAPE %"]))
         grows = rk[(rk["growth_ratio"] >= GROWS) & (rk["share_at"] >= args.min_share)]
         for label, sel in (("growing", grows[grows["loo_smape_pct"] <= TRUST_PCT]),
                            (f"growing by models that miss a left-out run by more than {TRUST_PCT:g} % (?)",
                             grows[~(grows["loo_smape_pct"] <= TRUST_PCT)])):
             if len(sel):
-                print(f"  {label} ({GROWS:g}x or more from {runs[-1]} to {p} ranks): " + "; ".join(
+                print(f"  {label} ({GROWS:g}x or more from {mruns[-1]} to {p} ranks): " + "; ".join(
                     f"{r.function} #{r.rank_now} -> #{r.rank_at}, {r.growth_ratio:.3g}x ({r.model})"
                     for r in sel.head(args.top).itertuples()))
     run = models[(models["function"] == RUN) & (models["metric"] == "finish_s")]
@@ -196,6 +198,8 @@ def run(args) -> int:
         print(f"\npredicted run time (the {args.over_ranks} over ranks of each rank's finish): "
               + ", ".join(f"p={n} {_n(getattr(r, f'at_{n}'))} s" for n in runs) + f"; model {r.model} s "
               f"(LOO SMAPE {_n(r.loo_smape_pct)} %): " + ", ".join(f"p={p} {_n(float(r.model_obj(p)))} s" for p in at))
+    if models.attrs.get("skipped"):
+        notes.append("not modelled, too few runs: " + "; ".join(models.attrs["skipped"]))
     shaky = models[~(models["loo_smape_pct"] <= TRUST_PCT) & models["function"].isin(keep)
                    & (models["metric"] == metric)]
     if len(shaky):
