@@ -120,6 +120,19 @@ def timed_run(argv: list[str], *, env: dict | None = None, what: str = "", timeo
     ``wall_s=`` its program printed; a failed run, or one that printed none, is a one-line
     PmacError naming ``what`` with the exit code and the end of its standard error; one that
     outlasts ``timeout_s`` is stopped with its ranks (:func:`stop_job`) and is a PmacError too."""
+    rc, out, err = run_job(argv, env=env, what=what, timeout_s=timeout_s)
+    m = WALL_S.search(out)
+    if rc != 0 or not m:
+        why = err.strip()[-300:].replace("\n", " | ") or "no wall_s= in its output"
+        raise PmacError(f"{what or argv[0]} failed (exit {rc}): {why}")
+    return float(m.group(1))
+
+
+def run_job(argv: list[str], *, env: dict | None = None, what: str = "", timeout_s: float = 600
+            ) -> tuple[int, str, str]:
+    """Run a launch command in a session of its own: ``(exit code, stdout, stderr)``. One that
+    outlasts ``timeout_s`` (or is interrupted) is stopped with its ranks (:func:`stop_job`); the
+    timeout is a PmacError naming ``what``."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:
@@ -131,11 +144,7 @@ def timed_run(argv: list[str], *, env: dict | None = None, what: str = "", timeo
     except BaseException:
         stop_job(proc)
         raise
-    m = WALL_S.search(out)
-    if proc.returncode != 0 or not m:
-        why = err.strip()[-300:].replace("\n", " | ") or "no wall_s= in its output"
-        raise PmacError(f"{what or argv[0]} failed (exit {proc.returncode}): {why}")
-    return float(m.group(1))
+    return proc.returncode, out, err
 
 
 def stop_job(proc: subprocess.Popen, grace_s: float = 3.0) -> None:

@@ -263,3 +263,63 @@ def test_pmac_cluster_cli(scaling_runs, tmp_path):
     rc, out = _run(["cluster", *paths, "--json"])
     g = pd.DataFrame(json.loads(out)["groups"]).set_index("metric")
     assert g.loc["loads", "cluster"] == g.loc["load_bytes", "cluster"]
+
+
+FAKE_PERF = r'''#!/bin/sh
+# a stand-in for perf stat -x , [-o FILE] -e EVENTS -- CMD: runs CMD, then reports
+# 1000 + rank for every event but cycles, which it does not support
+out=""; ev=""
+shift
+while [ "$1" != "--" ]; do
+  case "$1" in -o) out="$2"; shift 2;; -e) ev="$2"; shift 2;; -x) shift 2;; *) shift;; esac
+done
+shift
+"$@"; rc=$?
+r=${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}
+text=""
+for e in $(echo "$ev" | tr , ' '); do
+  if [ "$e" = cycles ]; then text="$text<not supported>,,$e,0,100.00,,
+"; else text="$text$((1000 + r)),,$e,4000,100.00,,
+"; fi
+done
+if [ -n "$out" ]; then printf '%s' "$text" > "$out"; else printf '%s' "$text" >&2; fi
+exit $rc
+'''
+
+
+@pytest.mark.requires("mpi")
+def test_pmac_count_with_a_machine_that_has_counters(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    perf = bin_dir / "perf"
+    perf.write_text(FAKE_PERF)
+    perf.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "hw.csv"
+    rc, text = _run(["count", "-o", str(out), "--scaling", "1,3", "--events", "instructions,cycles,cache-misses",
+                     "--", "/bin/true"])
+    assert rc == 0, text
+    assert "3 ranks: cache-misses, instructions" in text
+    df = read_counter_csv(out)
+    got = df[df["n_ranks"] == 3].set_index(["rank", "metric"])["value"]
+    assert got[(2, "instructions")] == 1002.0 and got[(0, "cache-misses")] == 1000.0
+    assert "cycles" not in set(df["metric"]) and set(df["function"]) == {"(all)"}
+    assert len(df) == (1 + 3) * 2
+
+
+def test_pmac_count_without_counters_says_what_to_use(tmp_path, monkeypatch, capsys):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    perf = bin_dir / "perf"
+    perf.write_text("#!/bin/sh\necho '<not supported>,,instructions,0,100.00,,' >&2\n")
+    perf.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "hw.csv"
+    out.write_text("keep me\n")
+    assert main(["count", "-o", str(out), "--scaling", "1,2", "--", "/bin/true"]) == 2
+    err = capsys.readouterr().err
+    assert "no hardware counters on this machine (perf stat: instructions <not supported>)" in err
+    assert "pmac trace --memory --scaling" in err and len(err.strip().splitlines()) == 1
+    assert out.read_text() == "keep me\n"
+    assert main(["count", "-o", str(out), "--scaling", "1", "--", "mpiexec", "./a"]) == 2
+    assert "launches the program itself" in capsys.readouterr().err

@@ -11,7 +11,7 @@ LAYERS = [
     {"schema", "table", "mpi"},
     {"profile", "trace", "memsig"},
     {"signature", "counters", "fit", "capacity", "noise", "reuse", "simgrid", "otf2", "importers", "tracer", "memtrace",
-     "shim", "vgtool", "rawtrace"},
+     "shim", "vgtool", "rawtrace", "perf"},
     {"convolve", "replay", "network", "collectives", "topology", "overlap", "expand", "pollution", "interpreter",
      "phases"},
     # probe: measures, fits, calibrates (overlap; exchange by replay); pool: fits probes again;

@@ -28,6 +28,7 @@ COMMANDS = {
     "sweep": "sweep",
     "scale": "scale",
     "cluster": "cluster",
+    "count": "count",
 }
 
 

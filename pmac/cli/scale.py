@@ -117,8 +117,6 @@ def _n(x: float) -> str:
 
 
 def run(args) -> int:
-    import pandas as pd
-
     from ..counters import MPI_PREFIX, hardware_counter_status
     from ..scaling import RUN, fit_models, rank_at, reduce_ranks, scaling_counters
     from .predict import _fmt_table

@@ -122,20 +122,12 @@ def run(args) -> int:
 def _run_scaling(args, argv: list[str], out) -> int:
     """``--scaling``: one trace per process count into ``OUT-nP``, in the order given."""
     import argparse
-    from pathlib import Path
 
-    from ..errors import InputError
     from ..mpi import launch_command
 
-    try:
-        counts = [int(x) for x in args.scaling.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"--scaling {args.scaling!r}: expected process counts like 1,2,4,8") from None
-    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
-        raise InputError(f"--scaling {args.scaling!r}: expected distinct process counts >= 1")
-    if Path(argv[0]).name.startswith(("mpiexec", "mpirun", "srun")):
-        raise InputError("--scaling launches the program itself: give it without the launcher "
-                         "(pmac trace -o runs/NAME --scaling 1,2,4 -- ./app ARGS)")
+    counts = scaling_counts(args.scaling)
+    refuse_launcher(argv, "--scaling launches the program itself: give it without the launcher "
+                          "(pmac trace -o runs/NAME --scaling 1,2,4 -- ./app ARGS)")
     status = 0
     for n in counts:
         sub = argparse.Namespace(**{**vars(args), "scaling": None, "output": f"{out}-n{n}",
@@ -145,3 +137,26 @@ def _run_scaling(args, argv: list[str], out) -> int:
           + (f"; pmac scale {out}-n* fits their counts" if args.memory else
              "; add --memory for the per-function counts pmac scale fits"))
     return status
+
+
+def scaling_counts(text: str) -> list[int]:
+    """``--scaling 1,2,4,8``: distinct process counts >= 1, in the order given."""
+    from ..errors import InputError
+
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"--scaling {text!r}: expected process counts like 1,2,4,8") from None
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise InputError(f"--scaling {text!r}: expected distinct process counts >= 1")
+    return counts
+
+
+def refuse_launcher(argv: list[str], message: str) -> None:
+    """An InputError with ``message`` where the command starts with a launcher (mpiexec, mpirun, srun)."""
+    from pathlib import Path
+
+    from ..errors import InputError
+
+    if Path(argv[0]).name.startswith(("mpiexec", "mpirun", "srun")):
+        raise InputError(message)
