@@ -388,13 +388,17 @@ def scales_nothing(profile: MachineProfile, knob: str) -> str | None:
 
 
 def _variant_notes(notes: Sequence[str], plan, profiles: Sequence[MachineProfile]) -> list[str]:
-    """The prediction's notes, a copy's note dropped where its profile's own says the same."""
+    """The prediction's notes, a copy's note dropped where its profile's own says the same (notes
+    name a machine as ``NAME: ...`` or ``machine 'NAME' ...``)."""
     base_of = {p.name: profiles[i].name for i, _, _, p in plan}
     names = sorted(base_of, key=len, reverse=True)
     said, out = set(notes), []
     for n in notes:
-        v = next((v for v in names if n.startswith(v + ": ")), None)
-        if v is not None and v != base_of[v] and f"{base_of[v]}: {n[len(v) + 2:]}" in said:
-            continue
+        v = next((v for v in names if n.startswith(v + ": ") or f"'{v}'" in n), None)
+        if v is not None and v != base_of[v]:
+            own = (f"{base_of[v]}: {n[len(v) + 2:]}" if n.startswith(v + ": ")
+                   else n.replace(f"'{v}'", f"'{base_of[v]}'"))
+            if own in said:
+                continue
         out.append(n)
     return out

@@ -288,3 +288,18 @@ def test_a_what_if_copy_round_trips_through_its_file(tmp_path):
     assert back.network.intra_node.send_overhead_s == pytest.approx(base.network.intra_node.send_overhead_s / 2,
                                                                     rel=1e-15)
     assert "schema_version: 15" in path.read_text()
+
+
+def test_a_copys_notes_that_repeat_its_machines_are_dropped():
+    from types import SimpleNamespace
+
+    from pmac.sweep import _variant_notes
+
+    base = SimpleNamespace(name="m")
+    copy = SimpleNamespace(name="m network.bandwidth x2")
+    notes = ["machine 'm' has no network measured at MPI_THREAD_SINGLE",
+             "machine 'm network.bandwidth x2' has no network measured at MPI_THREAD_SINGLE",
+             "m: calls after bursts that evicted the caches: +5 us",
+             "m network.bandwidth x2: calls after bursts that evicted the caches: +5 us",
+             "m network.bandwidth x2: calls after bursts that evicted the caches: +3 us"]
+    assert _variant_notes(notes, [(0, "network.bandwidth", 2.0, copy)], [base]) == [notes[0], notes[2], notes[4]]
