@@ -228,6 +228,26 @@ def test_pmac_scale_with_a_machine_and_a_counter_file(scaling_runs, tmp_path):
     assert np.isnan(df.loc[("main", "PAPI_TOT_CYC"), "at_1"]) and df.loc[("main", "PAPI_TOT_CYC"), "n_runs"] == 3
     assert ("main", "time_s") in df.index and ("main", "L1_misses") in df.index
     assert ("(run)", "finish_s") in df.index
+    # the per-rank function times sum to pmac predict --functions' per function; leaving the start-up
+    # bursts out takes exactly their time away
+    from pmac.counters import startup_bursts
+    from pmac.predict_functions import function_times
+    from pmac.profile import load_profile
+    from pmac.signature import load_signature
+
+    sig = load_signature(scaling_runs[4])
+    prof = load_profile(REPO / "machines" / "emu-tcp-1gbit.yaml")
+    whole = function_times(sig, [prof]).set_index("function")["time_s"]
+    per_rank = function_times(sig, [prof], by_rank=True)
+    assert set(per_rank["rank"]) == {0, 1, 2, 3}
+    assert per_rank.groupby("function")["time_s"].sum().reindex(whole.index).to_numpy() == pytest.approx(
+        whole.to_numpy(), rel=1e-12)
+    lo = startup_bursts(sig)
+    # a rank's burst that ends at MPI_Init (seq 0) and the one after MPI_Finalize (seq = its calls)
+    calls = sig.events.groupby("rank").size()
+    assert sorted(lo) == sorted([(r, 0) for r in range(4)] + [(r, int(calls[r])) for r in range(4)])
+    without = function_times(sig, [prof], leave_out=lo)
+    assert without["time_s"].sum() < whole.sum()
     # a machine of one node cannot place 8 ranks: counts and misses, no times, and a note saying so
     rc, out = _run(["scale", *paths, str(REPO / "machines" / "epyc-vm.yaml")])
     assert rc == 0 and "no predicted times: machine 'epyc-vm' lacks network.inter_node" in out
