@@ -138,6 +138,27 @@ def test_counter_csv_read_and_its_errors(tmp_path):
         assert "bad.csv" in str(exc.value)
 
 
+# --- the shipped series: stencil2d 192 x 192, 10 iterations, traced at 1-16 ranks -------------------
+
+def test_shipped_scaling_series_by_hand():
+    """signatures/scaling/ (made by python bench/scaling_check --keep signatures/scaling --apps
+    stencil2d): 7 flop a point, 192 * 192 / p points a rank (every block equal at these p), 10
+    iterations; the fit on all five runs finds 1/p exactly, and the JSON ranks main first at 16."""
+    paths = [str(REPO / "signatures" / "scaling" / f"stencil2d-n{p}") for p in (1, 2, 4, 8, 16)]
+    rc, out = _run(["scale", *paths, "--no-startup", "--csv"])
+    assert rc == 0
+    df = pd.read_csv(io.StringIO(out)).set_index(["function", "metric"])
+    main_flop = df.loc[("main", "flop")]
+    for p in (1, 2, 4, 8, 16):
+        assert main_flop[f"at_{p}"] == 7 * 192 * 192 * 10 / p
+    assert main_flop["exponent"] == -1.0 and main_flop["c1"] == pytest.approx(7 * 192 * 192 * 10, rel=1e-9)
+    isend = df.loc[("MPI_Isend", "mpi_calls")]
+    # the largest rank's neighbours: none at 1 rank, 1 (2 x 1), 2 (2 x 2), 3 (4 x 2), 4 (4 x 4)
+    assert [isend[f"at_{p}"] for p in (1, 2, 4, 8, 16)] == [0, 10, 20, 30, 40]
+    rc, out = _run(["scale", *paths, "--no-startup", "--json", "--at", "16"])
+    assert json.loads(out)["ranking"]["16"][0]["function"] == "main"
+
+
 # --- end to end: stencil2d traced at 1, 2, 4 and 8 ranks ------------------------------------------
 
 N, ITERS = 48, 12

@@ -228,7 +228,9 @@ SIGS = REPO / "signatures"
 
 
 def test_shipped_signatures_are_the_cases():
-    shipped = sorted(d.name for d in SIGS.iterdir() if d.is_dir() and not d.name.startswith("."))
+    # signatures/scaling/ holds a series for pmac scale (tests/test_counters.py), not a case
+    shipped = sorted(d.name for d in SIGS.iterdir() if d.is_dir() and not d.name.startswith(".")
+                     and d.name != "scaling")
     assert shipped == sorted(c["name"] for c in CASES["CASES"])
 
 
