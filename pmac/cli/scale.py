@@ -131,10 +131,13 @@ def run(args) -> int:
     table = reduce_ranks(counters, args.over_ranks)
     models = fit_models(table, up_to=max(at))
     rankings = {p: rank_at(models, metric, p) for p in at}
-    status = hardware_counter_status()
     if args.plot:
         plot_scaling(models, metric, rankings[max(at)], runs, max(at), args.plot, top=args.top)
     flat = models.drop(columns=["model_obj"])
+    if args.csv:
+        flat.to_csv(sys.stdout, index=False, float_format="%.9g")
+        return 0
+    status = hardware_counter_status()  # perf stat, run only where the output says what it found
     if args.json:
         doc = {"runs": runs, "over_ranks": args.over_ranks, "metric": metric,
                "hardware_counters": {"available": status[0], "detail": status[1]},
@@ -144,9 +147,6 @@ def run(args) -> int:
                "notes": notes}
         json.dump(doc, sys.stdout, indent=1)
         print()
-        return 0
-    if args.csv:
-        flat.to_csv(sys.stdout, index=False, float_format="%.9g")
         return 0
     names = ", ".join(f"{s.name} ({s.n_ranks})" for s in sorted(sigs, key=lambda s: s.n_ranks))
     print(f"scaling of {len(runs)} runs at {', '.join(map(str, runs))} ranks: {names}; per run the "
