@@ -108,30 +108,32 @@ def _edge_bursts(sig: Signature, bursts: pd.DataFrame) -> np.ndarray:
     return key.isin(init) | after
 
 
-def miss_counters(sig: Signature, caches: Sequence[CacheLevel], *, startup: bool = True) -> pd.DataFrame:
+def miss_counters(sig: Signature, caches: Sequence[CacheLevel], *, startup: bool = True,
+                  compute: pd.DataFrame | None = None) -> pd.DataFrame:
     """The ``LEVEL_misses`` rows of :data:`COUNTERS` for each of ``caches`` (see the module
-    docstring); none for a function without reuse rows at a level's line size."""
+    docstring); none for a function without reuse rows at a level's line size. ``compute``:
+    :func:`compute_counters`' table for the same ``startup``, where the caller has it."""
     mem = sig.memory
-    comp = compute_counters(sig, startup=startup)
+    comp = compute if compute is not None else compute_counters(sig, startup=startup)
     acc = comp[comp["metric"].isin(["loads", "stores"])].groupby(["rank", "function"])["value"].sum()
     reuse = mem.get("reuse")
     out = []
     if reuse is None or len(reuse) == 0 or not caches:
         return COUNTERS.coerce(pd.DataFrame(columns=[c for c, _ in COUNTERS.columns]))
     fn_rows = reuse[(reuse["seq"] == -1) & reuse["access"].isin([ACCESS_LOAD, ACCESS_STORE])]
+    hists: dict[int, list] = {}  # line size -> [(rank, function, accesses, histogram)], built once
     for level in caches:
-        at = fn_rows[fn_rows["line_bytes"] == level.line_bytes]
-        if len(at) == 0:
-            continue
+        if level.line_bytes not in hists:
+            at = fn_rows[fn_rows["line_bytes"] == level.line_bytes]
+            hists[level.line_bytes] = [
+                (rank, function, acc[(rank, function)],
+                 np.bincount(g["bin"].to_numpy(np.int64), weights=g["count"].to_numpy(np.float64),
+                             minlength=N_REUSE_BINS))
+                for (rank, function), g in at.groupby(["rank", "function"], sort=True)
+                if (rank, function) in acc.index]  # not: a function that ran only inside MPI calls
         lines = level.size_bytes / level.shared_by_cores / level.line_bytes
-        for (rank, function), g in at.groupby(["rank", "function"], sort=True):
-            n_acc = acc.get((rank, function))
-            if n_acc is None:
-                continue  # ran only inside MPI calls
-            h = np.bincount(g["bin"].to_numpy(np.int64), weights=g["count"].to_numpy(np.float64),
-                            minlength=N_REUSE_BINS)
-            miss = 1.0 - hit_fraction(h, lines)
-            out.append((rank, function, f"{level.name}_misses", n_acc * miss))
+        for rank, function, n_acc, h in hists[level.line_bytes]:
+            out.append((rank, function, f"{level.name}_misses", n_acc * (1.0 - hit_fraction(h, lines))))
     return COUNTERS.coerce(pd.DataFrame(out, columns=[c for c, _ in COUNTERS.columns]))
 
 
@@ -150,9 +152,10 @@ def mpi_counters(sig: Signature) -> pd.DataFrame:
 def signature_counters(sig: Signature, *, caches: Sequence[CacheLevel] = (), startup: bool = True) -> pd.DataFrame:
     """Every row of :data:`COUNTERS` for ``sig``: compute counts, misses of ``caches``, MPI
     (``startup``: as :func:`compute_counters`)."""
-    parts = [compute_counters(sig, startup=startup), mpi_counters(sig)]
+    comp = compute_counters(sig, startup=startup)
+    parts = [comp, mpi_counters(sig)]
     if caches:
-        parts.insert(1, miss_counters(sig, caches, startup=startup))
+        parts.insert(1, miss_counters(sig, caches, startup=startup, compute=comp))
     return COUNTERS.coerce(pd.concat(parts, ignore_index=True))
 
 
