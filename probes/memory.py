@@ -463,12 +463,16 @@ def ending_reps(values, window: int, rule: str, *, larger_is_better: bool = True
 
 
 def working_sets(p: Params) -> list[int]:
-    """Working-set sizes: ``points_per_doubling`` per doubling, multiples of 1 KiB."""
+    """Working-set sizes: ``points_per_doubling`` per doubling from ``min_bytes``, multiples of
+    1 KiB, ending at ``max_bytes`` itself. A ``max_bytes`` off that grid (8x a 35.75 MiB L3) ends
+    the list in place of the grid's last point when that point lies within half a step of it, and
+    is added after it otherwise; no point exceeds it (the largest is sized to the memory the
+    machine has)."""
     p = p.resolved()
-    n = int(round(np.log2(p.max_bytes / p.min_bytes) * p.points_per_doubling))
-    sizes = p.min_bytes * 2.0 ** (np.arange(n + 1) / p.points_per_doubling)
-    out = sorted({int(round(s / 1024)) * 1024 for s in sizes})
-    return out
+    steps = np.log2(p.max_bytes / p.min_bytes) * p.points_per_doubling
+    n = int(np.floor(steps - 0.5 + 1e-9)) if steps >= 0.5 else -1
+    sizes = list(p.min_bytes * 2.0 ** (np.arange(n + 1) / p.points_per_doubling)) + [p.max_bytes]
+    return sorted({int(round(s / 1024)) * 1024 for s in sizes})
 
 
 #: how the probe's buffers get their pages (:func:`set_pages`, ``pmac probe --pages``)

@@ -84,6 +84,18 @@ def test_working_sets_have_points_per_doubling():
     assert pm.Params.quick().resolved().max_bytes == 128 * MiB
 
 
+def test_working_sets_end_at_a_largest_size_off_the_grid():
+    """8x a 35.75 MiB L3 (the Cascade Lake VM of 28 Nov 2026) is 286 MiB, between the grid's 256
+    and 304 MiB: the list ends at 286 MiB (it had ended at 304, past the size the memory check
+    allowed); a size within half a step of a grid point replaces that point."""
+    sizes = pm.working_sets(pm.Params(max_bytes=286 * MiB))
+    assert sizes[-2:] == [256 * MiB, 286 * MiB] and len(sizes) == 16 * 4 + 2
+    # 2^(1/8) above 256 MiB is 279.2 MiB: 270 MiB replaces the grid point of 256 MiB
+    sizes = pm.working_sets(pm.Params(max_bytes=270 * MiB))
+    assert sizes[-1] == 270 * MiB and 256 * MiB not in sizes and len(sizes) == 16 * 4 + 1
+    assert sizes[-2] == round(4 * KiB * 2 ** (63 / 4) / 1024) * 1024
+
+
 def test_largest_working_set_follows_the_last_level_cache(tmp_path):
     """8x the last level, every instance the probed CPUs use counted once: two CPUs sharing one
     32 MiB L3 -> 256 MiB; each with its own -> 512 MiB; at least 128 MiB, at most a quarter of the
