@@ -57,6 +57,14 @@ runs beside the other flop, priced as above, and the loop work (``t_compute`` be
 (one divide and one square root per interaction) runs at the divider's rate, 1.6x slower than
 its flop count at the probed flop rate says. Vector divides are priced at the scalar rate (no
 packed-divide rate is probed: numba and gcc without ``-ffast-math`` keep these divides scalar).
+
+**The scalar rate.** ``flop_per_s_scalar`` above is the profile's ``ComputeModel.scalar_rate``:
+the ``flop_independent`` kernel's rate of independent scalar work where the probe ran it (since 28
+Nov 2026), else the ``flop_scalar`` kernel's. That kernel's 16-deep chain an element holds a core
+to what its scheduler can keep in flight: a Cascade Lake's to 1.4 flop a cycle where independent
+work ran at 2, which priced nbody's and stencil2d-n2-128's bursts 20-25 % dear there
+(docs/accuracy.md); chains that cross iterations are priced apart (below).
+
 **Loop-carried chains.** A burst's ``fp_recurrence`` (pmac_vg: FP operations on dependency
 chains carried from one loop iteration to the next, e.g. the add of ``s += a[i] * b[i]``
 compiled without reassociation) cannot overlap with each other on any core: the flop time is
@@ -512,7 +520,7 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
     return MachineCoeffs(
         name=profile.name, level_names=tuple(names), level_line_bytes=tuple(lines), capacity_lines=tuple(caps),
         load_bandwidth_bytes_per_s=tuple(bl), store_bandwidth_bytes_per_s=tuple(bs),
-        flop_per_s_scalar=comp.flop_per_s_scalar, flop_per_s_simd=comp.flop_per_s_simd,
+        flop_per_s_scalar=comp.scalar_rate, flop_per_s_simd=comp.flop_per_s_simd,
         dep_distance=dep_x, dep_slowdown_ratio=dep_y, branch_miss_frac=br_x, branch_cost_s=br_y,
         divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, chain_add_s=comp.chain_add_s,
         chain_mul_s=comp.chain_mul_s, divider_beta=float(comp.divider_beta or 0.0),

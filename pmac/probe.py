@@ -164,10 +164,11 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
     dep, br, miss = med("dependency"), med("branch"), med("branch_miss")
     ds = med("divsqrt") if (rows["probe"] == "divsqrt").any() else None
     ch = med("chain") if (rows["probe"] == "chain").any() else None
+    ind = float(med("flop_independent").iloc[0]) if (rows["probe"] == "flop_independent").any() else None
     chain_add = float(ch[0.0]) if ch is not None and 0.0 in ch.index else None
     dbeta = None
     if ds is not None and (rows["probe"] == "divmix").any():
-        dbeta = divider_beta(med("divmix"), divsqrt_per_s=float(ds.iloc[0]), flop_per_s_scalar=float(sc.iloc[0]),
+        dbeta = divider_beta(med("divmix"), divsqrt_per_s=float(ds.iloc[0]), flop_per_s_scalar=ind or float(sc.iloc[0]),
                              chain_add_s=chain_add, branch_s=float(br.iloc[0]))
     return ComputeModel(
         isa=f"{isa['cpu_name']} (llvmlite {isa['llvmlite']})",
@@ -180,7 +181,7 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
         divsqrt_per_s=float(ds.iloc[0]) if ds is not None else None,
         chain_add_s=chain_add,
         chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None,
-        divider_beta=dbeta)
+        divider_beta=dbeta, flop_per_s_scalar_independent=ind)
 
 
 def divider_beta(divmix: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: float,
@@ -198,7 +199,9 @@ def divider_beta(divmix: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: 
     would run such a mix above the max. The Xeon VM of 26 Nov 2026 gave 0 in three probes (two
     ``python probes/compute.py --out F.npz`` read with compute_model, one ``pmac probe``): the
     kernels ran at the divider's time up to 8 terms and under their other work's price at 12 (this
-    price is the flop_scalar probe's rate, which independent scalar flop outrun)."""
+    price is the flop_scalar probe's rate, which independent scalar flop outrun). ``flop_per_s_scalar``
+    is the rate the convolver prices scalar flop at: the ``flop_independent`` kernel's where the
+    probe ran it (ComputeModel.scalar_rate), so that beta is fitted against the same prices."""
     from probes.compute import DIVSQRT_PER_ELEMENT, divmix_other_flop
 
     from .overlap import fit_beta

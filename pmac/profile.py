@@ -28,7 +28,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -72,11 +72,16 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                             "``interpreter`` test; pmac.interpreter); version 13 files have none (not priced)",
                         15: "node.caches[].probed_size_bytes (optional: the size the probes met, in a what-if "
                             "copy whose size_bytes was changed, pmac.sweep); version 14 files have none (as "
-                            "probed)"},
+                            "probed)",
+                        16: "node.compute.flop_per_s_scalar_independent (optional: the scalar flop rate of "
+                            "independent work, probes/compute.py ``flop_independent``, at which the convolver "
+                            "prices scalar flop); version 15 files have none (scalar flop at "
+                            "flop_per_s_scalar, the dependent kernel's rate)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
                           9: lambda body: body, 10: lambda body: body, 11: lambda body: body,
-                          12: lambda body: body, 13: lambda body: body, 14: lambda body: body})
+                          12: lambda body: body, 13: lambda body: body, 14: lambda body: body,
+                          15: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -211,9 +216,21 @@ class ComputeModel:
     #: divider_beta * min(t_div, t_other)`` (0: side by side, 1: one after the other; probes/compute.py
     #: ``divmix``, pmac.probe.divider_beta); None where not measured (priced as 0)
     divider_beta: float | None = None
+    #: scalar flop per second of independent work (probes/compute.py ``flop_independent``: eight
+    #: independent multiply-adds an element), what the floating-point ports sustain;
+    #: ``flop_per_s_scalar`` is the ``flop_scalar`` kernel's rate, whose 16-deep chain an element
+    #: holds a core to its scheduler's reach. None where not measured: the convolver then prices
+    #: scalar flop at ``flop_per_s_scalar``
+    flop_per_s_scalar_independent: float | None = None
+
+    @property
+    def scalar_rate(self) -> float:
+        """The rate a burst's scalar flop are priced at: the independent work's where measured."""
+        return self.flop_per_s_scalar_independent or self.flop_per_s_scalar
 
     def __post_init__(self):
         _positive("flop_per_s_scalar", self.flop_per_s_scalar)
+        _positive("flop_per_s_scalar_independent", self.flop_per_s_scalar_independent)
         _positive("flop_per_s_simd", self.flop_per_s_simd)
         _positive("divsqrt_per_s", self.divsqrt_per_s)
         _positive("chain_add_s", self.chain_add_s)

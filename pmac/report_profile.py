@@ -69,8 +69,11 @@ def format_profile(profile: MachineProfile) -> str:
         if n.compute is not None:
             c = n.compute
             clock = f", clock {fq(c.clock_hz, 'hz')}" if c.clock_hz else ""
-            lines.append(f"  compute ({c.isa}, {c.simd_width_bits}-bit SIMD{clock}): scalar "
-                         f"{fq(c.flop_per_s_scalar, 'flop_per_s')}, SIMD {fq(c.flop_per_s_simd, 'flop_per_s')} per core")
+            scalar = (f"scalar {fq(c.flop_per_s_scalar_independent, 'flop_per_s')} (a dependent chain's kernel "
+                      f"{fq(c.flop_per_s_scalar, 'flop_per_s')})" if c.flop_per_s_scalar_independent
+                      else f"scalar {fq(c.flop_per_s_scalar, 'flop_per_s')}")
+            lines.append(f"  compute ({c.isa}, {c.simd_width_bits}-bit SIMD{clock}): {scalar}, "
+                         f"SIMD {fq(c.flop_per_s_simd, 'flop_per_s')} per core")
             if c.divsqrt_per_s:
                 beside = (f"; beside the other work: max + {c.divider_beta:.3g} x min" if c.divider_beta is not None
                           else "")

@@ -12,6 +12,14 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   multiply-adds per element (16 flop + 1 add). Without ``fastmath`` the reduction must stay in
   order, so LLVM keeps it scalar; with ``fastmath`` it vectorises (and contracts to FMA). Both
   leave many independent elements in flight, so they measure throughput, not latency.
+- ``flop_independent`` (value: flop/s; param: SIMD width in bits, 0 scalar): ``s += tree(v * c_k
+  + e_k)``, eight multiply-adds of one element with different constants, independent of one
+  another and summed in a tree (24 flop an element, no chain deeper than five), no fastmath: the
+  scalar flop rate of independent work, what a core's floating-point ports sustain. Why beside
+  ``flop_scalar``: that kernel's chain of 16 dependent operations an element needs the scheduler
+  to hold several elements' chains at once, which a Cascade Lake's does not (28 Nov 2026: 3.9-4.3
+  Gflop/s, 1.4 flop a cycle, against this kernel's 6.1, 2 a cycle). The convolver prices a
+  burst's scalar flop at this rate where a profile has it (pmac.profile.ComputeModel.scalar_rate).
 - ``dependency`` (param: def-use distance d; value: flop/s): d independent accumulator chains
   ``x_j = x_j * c + e`` interleaved in one loop, so each floating-point result is used d
   instructions later (in units of the memory signatures' ``dep_distance``). Short distances
@@ -94,6 +102,24 @@ def _flop_simd(x, reps, c, e):
 
 
 FLOP_PER_ELEMENT = 2 * _POLY + 1
+
+
+@njit(cache=True)
+def _flop_independent(x, reps, c, e):
+    # eight distinct constants: no product is shared (common subexpressions would drop multiplies)
+    c1, c2, c3, c4, c5, c6, c7 = c * 0.5, c * 0.25, c * 0.75, c * 0.125, c * 0.375, c * 0.625, c * 0.875
+    e1, e2, e3, e4, e5, e6, e7 = e * 2.0, e * 3.0, e * 4.0, e * 5.0, e * 6.0, e * 7.0, e * 8.0
+    s = 0.0
+    for _ in range(reps):
+        for i in range(x.size):
+            v = x[i]
+            s += (((v * c + e) + (v * c1 + e1)) + ((v * c2 + e2) + (v * c3 + e3))) + \
+                (((v * c4 + e4) + (v * c5 + e5)) + ((v * c6 + e6) + (v * c7 + e7)))
+    return s
+
+
+#: flop per element of ``flop_independent``: 8 multiplies, 8 adds, 7 adds of the tree, the ``s +=``
+FLOP_PER_ELEMENT_INDEPENDENT = 8 * 2 + 7 + 1
 
 
 @njit(cache=True)
@@ -265,7 +291,7 @@ def run(*, quick: bool = False, progress=None, threshold: float = 0.02,
 
     probabilities = (0.0, 0.1, 0.25, 0.5) if quick else (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
     distances = (1, 2, 4, 8, 16) if quick else DEP_DISTANCES
-    steps = rounds * (5 + len(distances) + len(probabilities))
+    steps = rounds * (6 + len(distances) + len(probabilities))
     done = 0
 
     def tick(msg):
@@ -284,10 +310,11 @@ def run(*, quick: bool = False, progress=None, threshold: float = 0.02,
 def _one_round(quick, target, rmin, rmax, threshold, probabilities, distances, add, tick):
     x = np.linspace(0.5, 1.0, 512)  # 4 KiB: L1-resident
     c, e = 0.999, 1e-4
-    for probe, fn in (("flop_scalar", _flop_scalar), ("flop_simd", _flop_simd)):
+    for probe, fn, flop in (("flop_scalar", _flop_scalar, FLOP_PER_ELEMENT), ("flop_simd", _flop_simd, FLOP_PER_ELEMENT),
+                            ("flop_independent", _flop_independent, FLOP_PER_ELEMENT_INDEPENDENT)):
         tick(probe)
         vals = _timeit(lambda n: fn(x, n, c, e), target, rmin, rmax, threshold,
-                       scale=lambda n, dt: FLOP_PER_ELEMENT * x.size * n / dt)
+                       scale=lambda n, dt, f=flop: f * x.size * n / dt)
         add(probe, simd_width_bits(fn, x, 1, c, e), vals)
     tick("divsqrt")
     vals = _timeit(lambda n: _divsqrt_scalar(x, n), target, rmin, rmax, threshold,

@@ -379,3 +379,27 @@ def test_divider_beta_adds_a_share_of_the_shorter_side():
     plain = one_burst({10: 100}, load_bytes=8 * n, fp_scalar=12 * n, flop=12.0 * n, branches=n, branch_miss_frac=0.0)
     p = convolve(plain, [m, mb]).compute_s[:, 0]
     assert p[0] == p[1] == pytest.approx(12 * n / rs + n * c0, rel=1e-12)
+
+
+def test_scalar_flop_priced_at_the_independent_rate_where_measured():
+    """A profile with the flop_independent kernel's rate prices a burst's scalar flop at it (by
+    hand: flop / rate + predicted branches' loop work), the dependent kernel's rate left for what
+    it measured; without it, at flop_per_s_scalar as before. SIMD flop are untouched; the
+    compute.flops what-if scales both rates."""
+    from pmac.sweep import apply_knob
+
+    p = two_level_profile()
+    comp = p.node.compute
+    q = dataclasses.replace(p, node=dataclasses.replace(p.node, compute=dataclasses.replace(
+        comp, flop_per_s_scalar_independent=1.5 * comp.flop_per_s_scalar)))
+    n = 1000
+    b = one_burst({10: 100}, load_bytes=8 * n, fp_scalar=12 * n, flop=12.0 * n, branches=n, branch_miss_frac=0.0)
+    mp, mq = machine_coeffs(p), machine_coeffs(q)
+    c0 = mp.branch_cost_s[0]
+    got = convolve(b, [mp, mq]).compute_s[:, 0]
+    assert got[0] == pytest.approx(12 * n / comp.flop_per_s_scalar + n * c0, rel=1e-12)
+    assert got[1] == pytest.approx(12 * n / (1.5 * comp.flop_per_s_scalar) + n * c0, rel=1e-12)
+    assert mq.flop_per_s_simd == mp.flop_per_s_simd
+    fast = apply_knob(q, "compute.flops", 2.0).node.compute
+    assert fast.flop_per_s_scalar_independent == 3.0 * comp.flop_per_s_scalar
+    assert fast.flop_per_s_scalar == 2.0 * comp.flop_per_s_scalar

@@ -143,6 +143,24 @@ def test_branch_and_dependency_probes_measure_something():
     # the divider is slower than the multiply-add pipes on any core we know, and the kernel stays scalar
     div_rate = med[("divsqrt", 64.0)]
     assert 0 < div_rate < med[("flop_scalar", next(p for (n, p) in med if n == "flop_scalar"))] / 2
+    # independent scalar work is never slower than the dependent kernel's (Cascade Lake 1.5x, Zen 4 about
+    # 1x: a generous bound), and it stays scalar
+    assert med[("flop_independent", 64.0)] > 0.9 * med[("flop_scalar", 64.0)]
+
+
+def test_independent_flop_kernel_counts_its_flop():
+    """flop_independent's 24 flop an element, by hand: its value at one element and one repetition
+    (v = 1: every term c_k + e_k, the sum of the constants as the kernel derives them), and its
+    assembly: eight scalar multiplies in the loop, no packed arithmetic."""
+    assert pc.FLOP_PER_ELEMENT_INDEPENDENT == 24
+    c, e = 0.5, 0.25
+    cs = [c * f for f in (1, 0.5, 0.25, 0.75, 0.125, 0.375, 0.625, 0.875)]
+    es = [e * f for f in (1, 2, 3, 4, 5, 6, 7, 8)]
+    assert pc._flop_independent(np.ones(1), 1, c, e) == pytest.approx(sum(cs) + sum(es), rel=1e-15)
+    x = np.linspace(0.5, 1.0, 64)
+    assert pc._flop_independent(x, 2, c, e) == pytest.approx(2 * sum(sum(v * k + m for k, m in zip(cs, es)) for v in x),
+                                                             rel=1e-12)
+    assert pc.simd_width_bits(pc._flop_independent, x, 1, c, e) == 64
 
 
 @pytest.fixture(scope="module")
@@ -439,6 +457,14 @@ def test_divider_beta_from_the_divmix_kernels_by_hand():
     df = pd.DataFrame(rows, columns=["probe", "param", "rep", "value"])
     assert compute_model(df, {"cpu_name": "x", "llvmlite": "y"}).divider_beta == pytest.approx(0.3, rel=1e-9)
     assert compute_model(df[df["probe"] != "divmix"], {"cpu_name": "x", "llvmlite": "y"}).divider_beta is None
+    # with the flop_independent kernel the flop_scalar rows no longer price the other work: the same
+    # kernels timed at rs, the dependent kernel's rate halved, still give 0.3, and the model carries both
+    dep = df.assign(value=np.where(df["probe"] == "flop_scalar", rs / 2, df["value"]))
+    ind = pd.DataFrame([("flop_independent", 64.0, i, rs) for i in range(5)], columns=df.columns)
+    m = compute_model(pd.concat([dep, ind], ignore_index=True), {"cpu_name": "x", "llvmlite": "y"})
+    assert m.divider_beta == pytest.approx(0.3, rel=1e-9)
+    assert m.flop_per_s_scalar == rs / 2 and m.flop_per_s_scalar_independent == rs and m.scalar_rate == rs
+    assert compute_model(dep, {"cpu_name": "x", "llvmlite": "y"}).divider_beta != pytest.approx(0.3, abs=0.05)
 
 
 def test_divmix_kernels_compile_scalar_and_scale_with_their_terms():

@@ -250,6 +250,35 @@ def test_atomic_write_gives_the_usual_mode(tmp_path):
         os.umask(old)
 
 
+def test_version_15_profile_loads_without_the_independent_flop_rate(tmp_path):
+    """Version 16 added node.compute.flop_per_s_scalar_independent (optional): a version-15 file
+    loads with none, and the convolver prices scalar flop at flop_per_s_scalar as before; a value
+    round-trips and becomes the convolver's scalar rate; a negative one is refused with the file
+    named."""
+    from pmac.convolve import machine_coeffs
+    from synth import two_level_profile
+
+    p = two_level_profile()
+    save_profile(p, tmp_path / "v15.yaml")
+    text = (tmp_path / "v15.yaml").read_text()
+    assert "flop_per_s_scalar_independent" in text      # written, null
+    (tmp_path / "v15.yaml").write_text(text.replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 15")
+                                       .replace("    flop_per_s_scalar_independent: null\n", ""))
+    back = load_profile(tmp_path / "v15.yaml")
+    assert back == p and back.node.compute.flop_per_s_scalar_independent is None
+    assert machine_coeffs(back).flop_per_s_scalar == p.node.compute.flop_per_s_scalar
+    rate = 3 * p.node.compute.flop_per_s_scalar
+    q = dataclasses.replace(p, node=dataclasses.replace(
+        p.node, compute=dataclasses.replace(p.node.compute, flop_per_s_scalar_independent=rate)))
+    save_profile(q, tmp_path / "v16.yaml")
+    back = load_profile(tmp_path / "v16.yaml")
+    assert back == q and machine_coeffs(back).flop_per_s_scalar == rate
+    (tmp_path / "bad.yaml").write_text((tmp_path / "v16.yaml").read_text().replace(
+        f"flop_per_s_scalar_independent: {rate!r}", "flop_per_s_scalar_independent: -1.0"))
+    with pytest.raises(InputError, match=r"bad\.yaml.*flop_per_s_scalar_independent"):
+        load_profile(tmp_path / "bad.yaml")
+
+
 def test_version_9_profile_loads_without_divider_beta_and_it_round_trips(tmp_path):
     """Version 10 added node.compute.divider_beta (optional, in [0, 1]): a version-9 file loads
     with none (the convolver's 0); a value round-trips and reaches the convolver; out of [0, 1]

@@ -14,6 +14,7 @@ import pytest
 
 from pmac import pollution as pol
 from pmac.cli import main
+from pmac.profile import SCHEMA_VERSION as PROFILE_SCHEMA
 from pmac.errors import InputError, MissingSectionError
 from pmac.predict import predict
 from pmac.profile import LinkModel, load_profile
@@ -287,7 +288,7 @@ def test_a_what_if_copy_round_trips_through_its_file(tmp_path):
     assert back.provenance["what_if"] == ["L2.size x2", "network.mpi_latency x0.5"]
     assert back.network.intra_node.send_overhead_s == pytest.approx(base.network.intra_node.send_overhead_s / 2,
                                                                     rel=1e-15)
-    assert "schema_version: 15" in path.read_text()
+    assert f"schema_version: {PROFILE_SCHEMA}" in path.read_text()
 
 
 def test_a_copys_notes_that_repeat_its_machines_are_dropped():

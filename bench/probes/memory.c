@@ -11,7 +11,7 @@
  *         run the kernels on the caller's buffers (the probe's own numpy arrays):
  *         gcc -O3 -march=native -fopenmp-simd -shared -fPIC -o memory_c.so memory.c -lm
  * Usage:  memory_c KIND WORKING_SET_BYTES SWEEPS REPS
- *         KIND = load_unit | load_random | store | copy | flop_scalar | flop_simd | divsqrt
+ *         KIND = load_unit | load_random | store | copy | flop_scalar | flop_simd | divsqrt | flop_independent
  * Prints one line per repetition: seconds for SWEEPS sweeps.
  *
  * Buffers: 2 MiB-aligned, and madvise(MADV_HUGEPAGE) from 4 MiB up, as numpy does for its
@@ -103,6 +103,21 @@ __attribute__((noinline)) static double flop_simd(const double *x, size_t n, lon
     return s;
 }
 
+/* Eight independent multiply-adds of one element with different constants, summed in a tree
+ * (probes/compute.py's _flop_independent: scalar, uncontracted, 24 flop an element). */
+__attribute__((noinline, optimize("no-tree-vectorize", "fp-contract=off"))) static double flop_independent(const double *x, size_t n, long reps, double c, double e) {
+    const double c1 = c * 0.5, c2 = c * 0.25, c3 = c * 0.75, c4 = c * 0.125, c5 = c * 0.375, c6 = c * 0.625, c7 = c * 0.875;
+    const double e1 = e * 2.0, e2 = e * 3.0, e3 = e * 4.0, e4 = e * 5.0, e5 = e * 6.0, e6 = e * 7.0, e7 = e * 8.0;
+    double s = 0.0;
+    for (long r = 0; r < reps; r++)
+        for (size_t i = 0; i < n; i++) {
+            double v = x[i];
+            s += (((v * c + e) + (v * c1 + e1)) + ((v * c2 + e2) + (v * c3 + e3))) +
+                 (((v * c4 + e4) + (v * c5 + e5)) + ((v * c6 + e6) + (v * c7 + e7)));
+        }
+    return s;
+}
+
 /* One divide and one square root per element, summed in order (scalar, as numba compiles
  * probes/compute.py's _divsqrt_scalar; gcc keeps sqrt scalar without -ffast-math anyway). */
 __attribute__((noinline, optimize("no-tree-vectorize"))) static double divsqrt(const double *x, size_t n, long reps) {
@@ -122,6 +137,7 @@ double pmac_c_copy(const double *a, double *b, size_t n, long sweeps) { return c
 double pmac_c_flop_scalar(const double *x, size_t n, long reps) { return flop_scalar(x, n, reps, 0.999, 1e-4); }
 double pmac_c_flop_simd(const double *x, size_t n, long reps) { return flop_simd(x, n, reps, 0.999, 1e-4); }
 double pmac_c_divsqrt(const double *x, size_t n, long reps) { return divsqrt(x, n, reps); }
+double pmac_c_flop_independent(const double *x, size_t n, long reps) { return flop_independent(x, n, reps, 0.999, 1e-4); }
 
 int main(int argc, char **argv) {
     if (argc != 5) {
@@ -158,6 +174,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(kind, "flop_scalar")) sink = flop_scalar(a, n, sw, 0.999, 1e-4);
         else if (!strcmp(kind, "flop_simd")) sink = flop_simd(a, n, sw, 0.999, 1e-4);
         else if (!strcmp(kind, "divsqrt")) sink = divsqrt(a, n, sw);
+        else if (!strcmp(kind, "flop_independent")) sink = flop_independent(a, n, sw, 0.999, 1e-4);
         else { fprintf(stderr, "unknown kind %s\n", kind); return 2; }
         double dt = now() - t0;
         if (r >= 0) printf("%.9e\n", dt);

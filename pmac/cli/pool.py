@@ -43,7 +43,7 @@ def run(args) -> int:
           f"{describe(args.statistic)} "
           f"({int(n.min())}-{int(n.max())} repetitions a compute point)")
     node = prof.node
-    print(f"  scalar {node.compute.flop_per_s_scalar / 1e9:.2f} Gflop/s, "
+    print(f"  scalar {node.compute.scalar_rate / 1e9:.2f} Gflop/s, "
           f"SIMD {node.compute.flop_per_s_simd / 1e9:.2f}; "
           f"memory load bandwidth 1 core {node.memory.bandwidth_1core_bytes_per_s.get('load_unit', 0) / 1e9:.1f} GB/s"
           + (f"; overlap beta {prof.overlap.params.get('beta', float('nan')):.3f}" if prof.overlap else ""))
