@@ -166,11 +166,7 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
     ch = med("chain") if (rows["probe"] == "chain").any() else None
     ind = float(med("flop_independent").iloc[0]) if (rows["probe"] == "flop_independent").any() else None
     chain_add = float(ch[0.0]) if ch is not None and 0.0 in ch.index else None
-    dbeta = None
-    if ds is not None and (rows["probe"] == "divmix").any():
-        dbeta = divider_beta(med("divmix"), divsqrt_per_s=float(ds.iloc[0]), flop_per_s_scalar=ind or float(sc.iloc[0]),
-                             chain_add_s=chain_add, branch_s=float(br.iloc[0]))
-    return ComputeModel(
+    model = ComputeModel(
         isa=f"{isa['cpu_name']} (llvmlite {isa['llvmlite']})",
         flop_per_s_scalar=float(sc.iloc[0]), flop_per_s_simd=float(sv.iloc[0]),
         simd_width_bits=int(sv.index[0]), clock_hz=clock_hz(),
@@ -181,7 +177,13 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
         divsqrt_per_s=float(ds.iloc[0]) if ds is not None else None,
         chain_add_s=chain_add,
         chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None,
-        divider_beta=dbeta, flop_per_s_scalar_independent=ind)
+        flop_per_s_scalar_independent=ind)
+    if ds is None or not (rows["probe"] == "divmix").any():
+        return model
+    # the divmix kernels' other work at the price the convolver gives scalar flop
+    return dataclasses.replace(model, divider_beta=divider_beta(
+        med("divmix"), divsqrt_per_s=model.divsqrt_per_s, flop_per_s_scalar=model.scalar_rate,
+        chain_add_s=chain_add, branch_s=float(br.iloc[0])))
 
 
 def divider_beta(divmix: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: float,
