@@ -86,8 +86,9 @@ def test_working_sets_have_points_per_doubling():
 
 def test_working_sets_end_at_a_largest_size_off_the_grid():
     """8x a 35.75 MiB L3 (the Cascade Lake VM of 28 Nov 2026) is 286 MiB, between the grid's 256
-    and 304 MiB: the list ends at 286 MiB (it had ended at 304, past the size the memory check
-    allowed); a size within half a step of a grid point replaces that point."""
+    and 304 MiB: the list ends at 286 MiB (it had ended at 304, past the largest size the probe
+    had set itself, which can be a quarter of the memory available); a size within half a step of
+    a grid point replaces that point."""
     sizes = pm.working_sets(pm.Params(max_bytes=286 * MiB))
     assert sizes[-2:] == [256 * MiB, 286 * MiB] and len(sizes) == 16 * 4 + 2
     # 2^(1/8) above 256 MiB is 279.2 MiB: 270 MiB replaces the grid point of 256 MiB
