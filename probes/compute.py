@@ -12,7 +12,7 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   multiply-adds per element (16 flop + 1 add). Without ``fastmath`` the reduction must stay in
   order, so LLVM keeps it scalar; with ``fastmath`` it vectorises (and contracts to FMA). Both
   leave many independent elements in flight, so they measure throughput, not latency.
-- ``flop_independent`` (value: flop/s; param: SIMD width in bits, 0 scalar): ``s += tree(v * c_k
+- ``flop_independent`` (value: flop/s; param: SIMD width in bits, 64 when scalar): ``s += tree(v * c_k
   + e_k)``, eight multiply-adds of one element with different constants, independent of one
   another and summed in a tree (24 flop an element, no chain deeper than five), no fastmath: the
   scalar flop rate of independent work, what a core's floating-point ports sustain. Why beside
