@@ -65,6 +65,18 @@ to what its scheduler can keep in flight: a Cascade Lake's to 1.4 flop a cycle w
 work ran at 2, which priced nbody's and stencil2d-n2-128's bursts 20-25 % dear there
 (docs/accuracy.md); chains that cross iterations are priced apart (below).
 
+**Fused multiply-adds.** pmac_vg counts an FMA as one instruction of two flop, so a burst's scalar
+flop beyond its scalar FP instructions are its FMAs (``_flop_split``). Where the profile has the
+``flop_fma`` kernel's rate (profile schema 17, ``ComputeModel.fma_op_s``: twelve independent FMAs
+an element) an FMA is priced at it and the burst's other scalar flop at the scalar rate; without it,
+as two flop at the scalar rate, as before. Why: a compiler that contracts (gcc -O2 with FMA in the
+ISA: the C examples) turns a multiply and an add into one operation on the port an add takes. On a
+Cascade Lake (28 Nov 2026) the kernel ran 6.15 G FMA/s, as many as ``flop_independent``'s
+operations, so two flop at the scalar rate priced an FMA twice over and stream_mpi-n2-20000's L2
+triad (an FMA, two loads, a store and the loop's branch an element) 30 % dear. What it does not
+capture: a core with more adders than FMA units (Zen 4: two of each) runs a mix of the two faster
+than the sum of their prices; SIMD FMAs are in ``flop_per_s_simd`` already (its kernel contracts).
+
 **Loop-carried chains.** A burst's ``fp_recurrence`` (pmac_vg: FP operations on dependency
 chains carried from one loop iteration to the next, e.g. the add of ``s += a[i] * b[i]``
 compiled without reassociation) cannot overlap with each other on any core: the flop time is
@@ -206,6 +218,8 @@ class BurstArrays:
     recurrence: np.ndarray | None = None
     #: of which multiplies, FMAs, divides and square roots; None: not recorded (one price for all)
     recurrence_mul: np.ndarray | None = None
+    #: scalar fused multiply-adds (two of ``flop_scalar`` each); None: not told apart (priced as flop)
+    fma_scalar: np.ndarray | None = None
     #: instruction fetches (entries into a 32-byte chunk of code); None: not recorded
     fetches: np.ndarray | None = None
     #: ``fetch_cum[l, b, k]``: ``1 - misses / fetches`` at the capacity points of ``cum``, the misses
@@ -218,6 +232,7 @@ class BurstArrays:
                      "dep_distance_mean", "branch_miss_frac") + (("divsqrt",) if self.divsqrt is not None else ()) + (
                          ("recurrence",) if self.recurrence is not None else ()) + (
                          ("recurrence_mul",) if self.recurrence_mul is not None else ()) + (
+                         ("fma_scalar",) if self.fma_scalar is not None else ()) + (
                          ("fetches",) if self.fetches is not None else ()):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"BurstArrays.{name} has {len(getattr(self, name))} entries, expected {n}")
@@ -234,15 +249,20 @@ class BurstArrays:
         return len(self.rank)
 
 
-def _flop_split(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Scalar and SIMD flop of each burst: ``flop`` split by lanes (doubles) per width."""
+def _flop_split(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scalar and SIMD flop of each burst (``flop`` split by lanes (doubles) per width) and the
+    scalar fused multiply-adds among them: pmac_vg counts an FMA lane two flop and any other
+    arithmetic lane one, so the flop beyond the lanes are FMAs (shared between the widths as the
+    flop are). A burst with flop but no lanes counted has none told apart."""
     flop = b["flop"].to_numpy(np.float64)
     lanes_s = b["fp_scalar"].to_numpy(np.float64)
     lanes_v = (2 * b["fp_128"].to_numpy(np.float64) + 4 * b["fp_256"].to_numpy(np.float64)
                + 8 * b["fp_512"].to_numpy(np.float64))
     tot = lanes_s + lanes_v
     share_s = np.divide(lanes_s, tot, out=np.ones_like(tot), where=tot > 0)
-    return flop * share_s, flop * (1.0 - share_s)
+    flop_s = flop * share_s
+    fma_s = np.where(tot > 0, np.clip(flop_s - lanes_s, 0.0, flop_s / 2), 0.0)
+    return flop_s, flop * (1.0 - share_s), fma_s
 
 
 def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] | None = None,
@@ -313,7 +333,7 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
         misses = totals[:, ACCESS_FETCH, :, None] - c[:, ACCESS_FETCH]
         fetch_cum = np.where(counted, np.clip(1.0 - misses / np.where(counted, fetches[None, :, None], 1.0),
                                               0.0, 1.0), 1.0).astype(dtype)
-    flop_s, flop_v = _flop_split(bursts)
+    flop_s, flop_v, fma_s = _flop_split(bursts)
     dep = np.nan_to_num(bursts["dep_distance_mean"].to_numpy(np.float64), nan=0.0)
     bmiss = np.nan_to_num(bursts["branch_miss_frac"].to_numpy(np.float64), nan=0.0)
     lb, sb = bursts["load_bytes"].to_numpy(np.float64), bursts["store_bytes"].to_numpy(np.float64)
@@ -336,7 +356,7 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
         flop_scalar=flop_s, flop_simd=flop_v, branches=bursts["branches"].to_numpy(np.float64),
         dep_distance_mean=dep, branch_miss_frac=bmiss, line_bytes=line_sizes, cum=cum,
         n_borrowed_hist=int(borrowed.sum()), unsampled=unsampled, divsqrt=divsqrt, recurrence=recurrence,
-        recurrence_mul=recurrence_mul, fetches=fetches, fetch_cum=fetch_cum)
+        recurrence_mul=recurrence_mul, fma_scalar=fma_s, fetches=fetches, fetch_cum=fetch_cum)
 
 
 def event_bursts(ba: BurstArrays, events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -374,6 +394,8 @@ class MachineCoeffs:
     dep_slowdown_ratio: tuple[float, ...] = ()
     branch_miss_frac: tuple[float, ...] = ()
     branch_cost_s: tuple[float, ...] = ()
+    #: seconds a scalar fused multiply-add is priced at; None: two flop at ``flop_per_s_scalar``
+    fma_op_s: float | None = None
     #: divide/square-root operations per second; None: divides priced as flop
     divsqrt_per_s: float | None = None
     #: seconds per FP operation of one dependent chain; None: chains not priced
@@ -521,6 +543,7 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         name=profile.name, level_names=tuple(names), level_line_bytes=tuple(lines), capacity_lines=tuple(caps),
         load_bandwidth_bytes_per_s=tuple(bl), store_bandwidth_bytes_per_s=tuple(bs),
         flop_per_s_scalar=comp.scalar_rate, flop_per_s_simd=comp.flop_per_s_simd,
+        fma_op_s=comp.fma_op_s if comp.flop_per_s_scalar_fma else None,
         dep_distance=dep_x, dep_slowdown_ratio=dep_y, branch_miss_frac=br_x, branch_cost_s=br_y,
         divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, chain_add_s=comp.chain_add_s,
         chain_mul_s=comp.chain_mul_s, divider_beta=float(comp.divider_beta or 0.0),
@@ -564,8 +587,9 @@ def _mean_hits(out, h_k, lev_q, n_q, L, p):
 
 
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
-def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt, recur, recur_mul, branches, dep,
-            bmiss, cap_line, cap_edge, cap_frac, lev_q, n_q, line_b, inv_bl, inv_bs, inv_fs, inv_fv, inv_dv, dv_beta, t_add, t_mul,
+def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, fma_s, divsqrt, recur, recur_mul, branches, dep,
+            bmiss, cap_line, cap_edge, cap_frac, lev_q, n_q, line_b, inv_bl, inv_bs, inv_fs, inv_fv, fma_x, inv_dv, dv_beta,
+            t_add, t_mul,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail, fetches, fetch_cum, f_line, f_edge, f_frac, f_miss, has_fetch):
     """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
@@ -618,6 +642,7 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
         sb = store_bytes[b0:b1]
         fsb = flop_s[b0:b1]
         fvb = flop_v[b0:b1]
+        fmb = fma_s[b0:b1]
         dsq = divsqrt[b0:b1]
         rec = recur[b0:b1]
         recm = recur_mul[b0:b1]
@@ -683,6 +708,7 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
                 _segment_curve(cost, x_br, br_y0[p], br_x, br_iw, br_dy, p)
             ifs = inv_fs[p]
             ifv = inv_fv[p]
+            fmx = fma_x[p]
             idv = inv_dv[p]
             dvb = dv_beta[p]
             bet = beta[p]
@@ -691,11 +717,11 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, divsqrt
                 for j in range(m):
                     d = min(dsq[j], fsb[j] + fvb[j])
                     dv = max(d - fsb[j], 0.0)
-                    tf[j] = (fsb[j] - (d - dv)) * ifs + (fvb[j] - dv) * ifv
+                    tf[j] = (fsb[j] - (d - dv)) * ifs + fmb[j] * fmx + (fvb[j] - dv) * ifv
                     tdv[j] = d * idv
             else:
                 for j in range(m):
-                    tf[j] = fsb[j] * ifs + fvb[j] * ifv
+                    tf[j] = fsb[j] * ifs + fmb[j] * fmx + fvb[j] * ifv
                     tdv[j] = 0.0
             ta = t_add[p]
             tmul = t_mul[p]
@@ -773,7 +799,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
     n_qm = max([len(m.quantile_lines(L)) for m in machines for L in range(len(m.level_names))] + [1])
     points: dict[tuple[int, int, float], int] = {(0, 0, 0.0): 0}
     a = dict(lev_q=np.zeros((n_l, n_qm, n_p), np.int64), n_q=np.ones((n_l, n_p), np.int64), line_b=np.zeros((n_l + 1, n_p)), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
-             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), inv_dv=np.zeros(n_p), dv_beta=np.zeros(n_p), t_ch=np.zeros(n_p),
+             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), fma_extra=np.zeros(n_p), inv_dv=np.zeros(n_p), dv_beta=np.zeros(n_p), t_ch=np.zeros(n_p),
              t_cha=np.zeros(n_p), t_chm=np.zeros(n_p),
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
              br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
@@ -803,6 +829,8 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
         a["inv_bs"][n_l, p] = 1.0 / m.store_bandwidth_bytes_per_s[nl]
         a["inv_fs"][p] = 1.0 / m.flop_per_s_scalar
         a["inv_fv"][p] = 1.0 / m.flop_per_s_simd
+        # an FMA's price beyond its two flop at the scalar rate (0 without an FMA rate)
+        a["fma_extra"][p] = m.fma_op_s - 2.0 * a["inv_fs"][p] if m.fma_op_s else 0.0
         a["inv_dv"][p] = 1.0 / m.divsqrt_per_s if m.divsqrt_per_s else 0.0
         a["dv_beta"][p] = m.divider_beta
         a["t_ch"][p] = m.chain_op_s if m.chain_op_s else 0.0
@@ -858,6 +886,7 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
     out_m = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
     out_c = np.empty((n_p, n_b)) if detail else np.empty((1, 1))
     divsqrt = bursts.divsqrt if bursts.divsqrt is not None else np.zeros(n_b)
+    fma = bursts.fma_scalar if bursts.fma_scalar is not None else np.zeros(n_b)
     recur = bursts.recurrence if bursts.recurrence is not None else np.zeros(n_b)
     # chains split into adds and multiply-class operations, each at its price; unsplit (signature
     # before version 7): all at the one price of chain_op_s
@@ -870,10 +899,10 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
     fetches = bursts.fetches if has_fetch else np.zeros(1)
     fetch_cum = bursts.fetch_cum if has_fetch else np.zeros((1, 1, 2), bursts.cum.dtype)
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
-            bursts.flop_scalar, bursts.flop_simd, divsqrt, recur, recur_mul,
+            bursts.flop_scalar, bursts.flop_simd, fma, divsqrt, recur, recur_mul,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
             a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_q"], a["n_q"], a["line_b"], a["inv_bl"], a["inv_bs"],
-            a["inv_fs"], a["inv_fv"], a["inv_dv"], a["dv_beta"], t_add, t_mul, a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
+            a["inv_fs"], a["inv_fv"], a["fma_extra"], a["inv_dv"], a["dv_beta"], t_add, t_mul, a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail, fetches, fetch_cum, a["f_line"], a["f_edge"], a["f_frac"], a["f_miss"],
             has_fetch)

@@ -165,6 +165,7 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
     ds = med("divsqrt") if (rows["probe"] == "divsqrt").any() else None
     ch = med("chain") if (rows["probe"] == "chain").any() else None
     ind = float(med("flop_independent").iloc[0]) if (rows["probe"] == "flop_independent").any() else None
+    fma = float(med("flop_fma").iloc[0]) if (rows["probe"] == "flop_fma").any() else None
     chain_add = float(ch[0.0]) if ch is not None and 0.0 in ch.index else None
     model = ComputeModel(
         isa=f"{isa['cpu_name']} (llvmlite {isa['llvmlite']})",
@@ -177,7 +178,7 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
         divsqrt_per_s=float(ds.iloc[0]) if ds is not None else None,
         chain_add_s=chain_add,
         chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None,
-        flop_per_s_scalar_independent=ind)
+        flop_per_s_scalar_independent=ind, flop_per_s_scalar_fma=fma)
     if ds is None or not (rows["probe"] == "divmix").any():
         return model
     # the divmix kernels' other work at the price the convolver gives scalar flop

@@ -28,7 +28,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -76,12 +76,16 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                         16: "node.compute.flop_per_s_scalar_independent (optional: the scalar flop rate of "
                             "independent work, probes/compute.py ``flop_independent``, at which the convolver "
                             "prices scalar flop); version 15 files have none (scalar flop at "
-                            "flop_per_s_scalar, the dependent kernel's rate)"},
+                            "flop_per_s_scalar, the dependent kernel's rate)",
+                        17: "node.compute.flop_per_s_scalar_fma (optional: the scalar flop rate of code "
+                            "contracted to fused multiply-adds, probes/compute.py ``flop_fma``, at which the "
+                            "convolver prices a burst's scalar FMAs); version 16 files have none (an FMA "
+                            "priced as two flop at the scalar rate)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
                           9: lambda body: body, 10: lambda body: body, 11: lambda body: body,
                           12: lambda body: body, 13: lambda body: body, 14: lambda body: body,
-                          15: lambda body: body})
+                          15: lambda body: body, 16: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -222,15 +226,26 @@ class ComputeModel:
     #: holds a core to its scheduler's reach. None where not measured: the convolver then prices
     #: scalar flop at ``flop_per_s_scalar``
     flop_per_s_scalar_independent: float | None = None
+    #: scalar flop per second of code contracted to fused multiply-adds (probes/compute.py
+    #: ``flop_fma``: twelve independent FMAs an element, two flop each). None where not measured:
+    #: the convolver then prices an FMA as two flop at ``scalar_rate``
+    flop_per_s_scalar_fma: float | None = None
 
     @property
     def scalar_rate(self) -> float:
         """The rate a burst's scalar flop are priced at: the independent work's where measured."""
         return self.flop_per_s_scalar_independent or self.flop_per_s_scalar
 
+    @property
+    def fma_op_s(self) -> float:
+        """Seconds a scalar fused multiply-add is priced at: two flop at the ``flop_fma`` kernel's
+        rate where measured, else two flop at :attr:`scalar_rate` (what an FMA cost before)."""
+        return 2.0 / (self.flop_per_s_scalar_fma or self.scalar_rate)
+
     def __post_init__(self):
         _positive("flop_per_s_scalar", self.flop_per_s_scalar)
         _positive("flop_per_s_scalar_independent", self.flop_per_s_scalar_independent)
+        _positive("flop_per_s_scalar_fma", self.flop_per_s_scalar_fma)
         _positive("flop_per_s_simd", self.flop_per_s_simd)
         _positive("divsqrt_per_s", self.divsqrt_per_s)
         _positive("chain_add_s", self.chain_add_s)

@@ -72,6 +72,8 @@ def format_profile(profile: MachineProfile) -> str:
             scalar = (f"scalar {fq(c.flop_per_s_scalar_independent, 'flop_per_s')} (a dependent chain's kernel "
                       f"{fq(c.flop_per_s_scalar, 'flop_per_s')})" if c.flop_per_s_scalar_independent
                       else f"scalar {fq(c.flop_per_s_scalar, 'flop_per_s')}")
+            if c.flop_per_s_scalar_fma:
+                scalar += f", scalar FMA code {fq(c.flop_per_s_scalar_fma, 'flop_per_s')}"
             lines.append(f"  compute ({c.isa}, {c.simd_width_bits}-bit SIMD{clock}): {scalar}, "
                          f"SIMD {fq(c.flop_per_s_simd, 'flop_per_s')} per core")
             if c.divsqrt_per_s:

@@ -296,9 +296,10 @@ def _scaled(profile: MachineProfile, knob: str, factor: float) -> MachineProfile
             raise MissingSectionError(f"machine '{profile.name}'", "node.compute", needed_by=f"sweep {knob}")
         div = None if comp.divsqrt_per_s is None else comp.divsqrt_per_s * factor
         ind = None if comp.flop_per_s_scalar_independent is None else comp.flop_per_s_scalar_independent * factor
+        fma = None if comp.flop_per_s_scalar_fma is None else comp.flop_per_s_scalar_fma * factor
         comp = dataclasses.replace(comp, flop_per_s_scalar=comp.flop_per_s_scalar * factor,
                                    flop_per_s_simd=comp.flop_per_s_simd * factor, divsqrt_per_s=div,
-                                   flop_per_s_scalar_independent=ind)
+                                   flop_per_s_scalar_independent=ind, flop_per_s_scalar_fma=fma)
         return dataclasses.replace(profile, name=name, node=dataclasses.replace(node, compute=comp))
     levels = data_levels(profile)
     if head in levels and what in ("size", "bandwidth"):

@@ -20,6 +20,17 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   to hold several elements' chains at once, which a Cascade Lake's does not (28 Nov 2026: 3.9-4.3
   Gflop/s, 1.4 flop a cycle, against this kernel's 6.1, 2 a cycle). The convolver prices a
   burst's scalar flop at this rate where a profile has it (pmac.profile.ComputeModel.scalar_rate).
+- ``flop_fma`` (value: flop/s, two an FMA; param: SIMD width in bits, 64 when scalar): twelve
+  accumulators ``s_k = s_k * c + v`` an element, contracted to one fused multiply-add each
+  (``fastmath={"contract"}``, nothing else relaxed; ``compiled_asm`` shows the ``vfmadd``): twelve
+  independent chains, one FMA deep an element, so the ports' throughput bounds them, not the
+  FMA's latency (12 FMAs at 2 a cycle take 6 cycles, a chain's latency is 4 on common cores).
+  Where the ISA has no FMA they stay a multiply and an add (24 operations). Why: a compiler that
+  contracts (gcc at -O2 for C with FMA in the ISA) turns a multiply-add into one operation on the
+  same port an add takes: on a Cascade Lake (28 Nov 2026) 6.15 G FMA/s against 6.15 G
+  operations/s of ``flop_independent``, twice its flop rate, and the STREAM triad's bursts were
+  priced 30 % dear at two flop a multiply-add. The convolver prices a burst's scalar FMAs at this
+  rate where a profile has it (pmac.profile.ComputeModel.fma_op_s).
 - ``dependency`` (param: def-use distance d; value: flop/s): d independent accumulator chains
   ``x_j = x_j * c + e`` interleaved in one loop, so each floating-point result is used d
   instructions later (in units of the memory signatures' ``dep_distance``). Short distances
@@ -120,6 +131,33 @@ def _flop_independent(x, reps, c, e):
 
 #: flop per element of ``flop_independent``: 8 multiplies, 8 adds, 7 adds of the tree, the ``s +=``
 FLOP_PER_ELEMENT_INDEPENDENT = 8 * 2 + 7 + 1
+
+
+@njit(cache=True, fastmath={"contract"})
+def _flop_fma(x, reps, c):
+    # twelve chains started apart (equal ones could be merged); each step one contracted FMA
+    s0, s1, s2, s3, s4, s5 = 0.0, 0.1, 0.2, 0.3, 0.4, 0.5
+    s6, s7, s8, s9, s10, s11 = 0.6, 0.7, 0.8, 0.9, 1.0, 1.1
+    for _ in range(reps):
+        for i in range(x.size):
+            v = x[i]
+            s0 = s0 * c + v
+            s1 = s1 * c + v
+            s2 = s2 * c + v
+            s3 = s3 * c + v
+            s4 = s4 * c + v
+            s5 = s5 * c + v
+            s6 = s6 * c + v
+            s7 = s7 * c + v
+            s8 = s8 * c + v
+            s9 = s9 * c + v
+            s10 = s10 * c + v
+            s11 = s11 * c + v
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + ((s8 + s9) + (s10 + s11))
+
+
+#: FMAs per element of ``flop_fma`` (two flop each)
+FMA_PER_ELEMENT = 12
 
 
 @njit(cache=True)
@@ -291,7 +329,7 @@ def run(*, quick: bool = False, progress=None, threshold: float = 0.02,
 
     probabilities = (0.0, 0.1, 0.25, 0.5) if quick else (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
     distances = (1, 2, 4, 8, 16) if quick else DEP_DISTANCES
-    steps = rounds * (6 + len(distances) + len(probabilities))
+    steps = rounds * (7 + len(distances) + len(probabilities))
     done = 0
 
     def tick(msg):
@@ -316,6 +354,10 @@ def _one_round(quick, target, rmin, rmax, threshold, probabilities, distances, a
         vals = _timeit(lambda n: fn(x, n, c, e), target, rmin, rmax, threshold,
                        scale=lambda n, dt, f=flop: f * x.size * n / dt)
         add(probe, simd_width_bits(fn, x, 1, c, e), vals)
+    tick("flop_fma")
+    vals = _timeit(lambda n: _flop_fma(x, n, c), target, rmin, rmax, threshold,
+                   scale=lambda n, dt: 2 * FMA_PER_ELEMENT * x.size * n / dt)
+    add("flop_fma", simd_width_bits(_flop_fma, x, 1, c), vals)
     tick("divsqrt")
     vals = _timeit(lambda n: _divsqrt_scalar(x, n), target, rmin, rmax, threshold,
                    scale=lambda n, dt: DIVSQRT_PER_ELEMENT * x.size * n / dt)

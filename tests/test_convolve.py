@@ -403,3 +403,44 @@ def test_scalar_flop_priced_at_the_independent_rate_where_measured():
     fast = apply_knob(q, "compute.flops", 2.0).node.compute
     assert fast.flop_per_s_scalar_independent == 3.0 * comp.flop_per_s_scalar
     assert fast.flop_per_s_scalar == 2.0 * comp.flop_per_s_scalar
+
+
+def test_scalar_fmas_priced_at_the_fma_rate_where_measured():
+    """A burst's scalar fused multiply-adds (pmac_vg counts each one instruction of two flop) are
+    priced at the flop_fma kernel's rate where a profile has it, two flop an FMA; its other scalar
+    operations at the scalar rate; by hand. Without the rate an FMA is two flop at the scalar rate,
+    as before, and a burst without FMAs is priced alike either way. The compute.flops what-if
+    scales the FMA rate too."""
+    from pmac.sweep import apply_knob
+
+    p = two_level_profile()
+    comp = p.node.compute
+    rs = comp.scalar_rate
+    q = dataclasses.replace(p, node=dataclasses.replace(p.node, compute=dataclasses.replace(
+        comp, flop_per_s_scalar_fma=2 * rs)))
+    n = 1000
+    # per element: 2 FMAs and 3 other operations: 5 instructions, 7 flop
+    b = one_burst({10: 100}, load_bytes=8 * n, fp_scalar=5 * n, flop=7.0 * n, branches=n, branch_miss_frac=0.0)
+    mp, mq = machine_coeffs(p), machine_coeffs(q)
+    c0 = mp.branch_cost_s[0]
+    assert mp.fma_op_s is None and mq.fma_op_s == 1.0 / rs
+    got = convolve(b, [mp, mq]).compute_s[:, 0]
+    assert got[0] == pytest.approx(7 * n / rs + n * c0, rel=1e-12)
+    assert got[1] == pytest.approx(2 * n / rs + 3 * n / rs + n * c0, rel=1e-12)
+    plain = one_burst({10: 100}, load_bytes=8 * n, fp_scalar=5 * n, flop=5.0 * n, branches=n, branch_miss_frac=0.0)
+    same = convolve(plain, [mp, mq]).compute_s[:, 0]
+    assert same[0] == same[1] == pytest.approx(5 * n / rs + n * c0, rel=1e-12)
+    assert apply_knob(q, "compute.flops", 2.0).node.compute.flop_per_s_scalar_fma == 4 * rs
+
+
+def test_flop_split_tells_fmas_apart_only_where_lanes_were_counted():
+    """``_flop_split``: the flop beyond the counted lanes are FMAs, shared between scalar and SIMD
+    as the flop are; a burst with flop but no counted lanes (a counter import) has none."""
+    from pmac.convolve import _flop_split
+
+    b = pd.DataFrame({"flop": [7.0, 12.0, 8.0], "fp_scalar": [5, 4, 0], "fp_128": [0, 2, 0], "fp_256": [0, 0, 0],
+                      "fp_512": [0, 0, 0]})
+    s, v, f = _flop_split(b)
+    assert list(s) == [7.0, 6.0, 8.0] and list(v) == [0.0, 6.0, 0.0]
+    # row 1: 8 lanes (4 scalar, 4 in two 128-bit), 12 flop: 4 FMA lanes, half of them scalar
+    assert list(f) == [2.0, 2.0, 0.0]

@@ -147,6 +147,9 @@ def test_branch_and_dependency_probes_measure_something():
     # independent scalar work is never slower than the dependent kernel's (Cascade Lake 1.5x, Zen 4 about
     # 1x: a generous bound), and it stays scalar
     assert med[("flop_independent", 64.0)] > 0.9 * med[("flop_scalar", 64.0)]
+    # an FMA is never dearer than a multiply and an add (Cascade Lake: 2x the flop rate of
+    # uncontracted independent work, the one operation a port either way), and the kernel stays scalar
+    assert med[("flop_fma", 64.0)] > 0.9 * med[("flop_independent", 64.0)]
 
 
 def test_independent_flop_kernel_counts_its_flop():
@@ -162,6 +165,53 @@ def test_independent_flop_kernel_counts_its_flop():
     assert pc._flop_independent(x, 2, c, e) == pytest.approx(2 * sum(sum(v * k + m for k, m in zip(cs, es)) for v in x),
                                                              rel=1e-12)
     assert pc.simd_width_bits(pc._flop_independent, x, 1, c, e) == 64
+
+
+def test_fma_kernel_counts_its_fmas():
+    """flop_fma's twelve multiply-adds an element, by hand: each accumulator ``s_k = s_k * c + v``
+    from its start ``k / 10`` (at one element and one repetition: ``c * k / 10 + v``), and its
+    assembly: twelve ``vfmadd`` in the loop where the ISA has FMA (a multiply and an add each
+    without), no packed arithmetic."""
+    import re
+
+    assert pc.FMA_PER_ELEMENT == 12
+    c = 0.5
+    starts = [k / 10 for k in range(12)]
+    assert pc._flop_fma(np.full(1, 3.0), 1, c) == pytest.approx(sum(s * c + 3.0 for s in starts), rel=1e-15)
+    x = np.linspace(0.5, 1.0, 64)
+    want = 0.0
+    for s in starts:
+        for v in list(x) * 2:
+            s = s * c + v
+        want += s
+    assert pc._flop_fma(x, 2, c) == pytest.approx(want, rel=1e-12)
+    assert pc.simd_width_bits(pc._flop_fma, x, 1, c) == 64
+    asm = pc.compiled_asm(pc._flop_fma, x, 1, c)
+    if "fma" in pc.isa()["features"].split():
+        assert len(re.findall(r"\tvfmadd\w*sd\t", asm)) == 12
+    else:
+        assert len(re.findall(r"\t\w*mulsd\t", asm)) == 12
+
+
+def test_compute_model_reads_the_fma_rate():
+    """The flop_fma rows become ``flop_per_s_scalar_fma`` (median of the best repetitions, as the
+    other rates) and an FMA's price is two flop at it; without them none, and an FMA is priced as
+    two flop at the scalar rate."""
+    import pandas as pd
+
+    from pmac.probe import compute_model
+
+    rs = 6e9
+    rows = [("flop_scalar", 64.0, i, rs) for i in range(5)] + [("flop_simd", 256.0, i, 4 * rs) for i in range(5)]
+    rows += [("dependency", 1.0, i, 1e9) for i in range(5)]
+    rows += [("branch", 0.0, i, 5e-10) for i in range(5)] + [("branch_miss", 0.0, 0, 0.0)]
+    df = pd.DataFrame(rows, columns=["probe", "param", "rep", "value"])
+    isa = {"cpu_name": "x", "llvmlite": "y"}
+    m = compute_model(df, isa)
+    assert m.flop_per_s_scalar_fma is None and m.fma_op_s == 2.0 / rs
+    fma = pd.DataFrame([("flop_fma", 64.0, i, 2 * rs) for i in range(5)], columns=df.columns)
+    m = compute_model(pd.concat([df, fma], ignore_index=True), isa)
+    assert m.flop_per_s_scalar_fma == 2 * rs and m.fma_op_s == 1.0 / rs
 
 
 @pytest.fixture(scope="module")

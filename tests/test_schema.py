@@ -263,7 +263,8 @@ def test_version_15_profile_loads_without_the_independent_flop_rate(tmp_path):
     text = (tmp_path / "v15.yaml").read_text()
     assert "flop_per_s_scalar_independent" in text      # written, null
     (tmp_path / "v15.yaml").write_text(text.replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 15")
-                                       .replace("    flop_per_s_scalar_independent: null\n", ""))
+                                       .replace("    flop_per_s_scalar_independent: null\n", "")
+                                       .replace("    flop_per_s_scalar_fma: null\n", ""))
     back = load_profile(tmp_path / "v15.yaml")
     assert back == p and back.node.compute.flop_per_s_scalar_independent is None
     assert machine_coeffs(back).flop_per_s_scalar == p.node.compute.flop_per_s_scalar
@@ -276,6 +277,41 @@ def test_version_15_profile_loads_without_the_independent_flop_rate(tmp_path):
     (tmp_path / "bad.yaml").write_text((tmp_path / "v16.yaml").read_text().replace(
         f"flop_per_s_scalar_independent: {rate!r}", "flop_per_s_scalar_independent: -1.0"))
     with pytest.raises(InputError, match=r"bad\.yaml.*flop_per_s_scalar_independent"):
+        load_profile(tmp_path / "bad.yaml")
+
+
+def test_version_16_profile_loads_without_the_fma_rate(tmp_path):
+    """Version 17 added node.compute.flop_per_s_scalar_fma (optional): a version-16 file loads with
+    none, and the convolver prices an FMA as two flop at the scalar rate as before; a value
+    round-trips and sets the convolver's price of an FMA (two flop at that rate); a zero is refused
+    with the file named."""
+    from pmac.convolve import machine_coeffs
+    from synth import two_level_profile
+
+    p = two_level_profile()
+    save_profile(p, tmp_path / "v16.yaml")
+    text = (tmp_path / "v16.yaml").read_text()
+    assert "    flop_per_s_scalar_fma: null\n" in text      # written, null
+    (tmp_path / "v16.yaml").write_text(text.replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 16")
+                                       .replace("    flop_per_s_scalar_fma: null\n", ""))
+    back = load_profile(tmp_path / "v16.yaml")
+    assert back == p and back.node.compute.flop_per_s_scalar_fma is None
+    assert machine_coeffs(back).fma_op_s is None
+    assert back.node.compute.fma_op_s == 2.0 / p.node.compute.scalar_rate
+    rate = 4 * p.node.compute.flop_per_s_scalar
+    q = dataclasses.replace(p, node=dataclasses.replace(
+        p.node, compute=dataclasses.replace(p.node.compute, flop_per_s_scalar_fma=rate)))
+    save_profile(q, tmp_path / "v17.yaml")
+    back = load_profile(tmp_path / "v17.yaml")
+    assert back == q and machine_coeffs(back).fma_op_s == 2.0 / rate
+    from pmac.report_profile import format_profile
+
+    shown = [ln for ln in format_profile(back).splitlines() if "compute (" in ln][0]
+    assert f"scalar FMA code {rate / 1e9:.3g} Gflop/s" in shown
+    assert "FMA" not in format_profile(p)
+    (tmp_path / "bad.yaml").write_text((tmp_path / "v17.yaml").read_text().replace(
+        f"flop_per_s_scalar_fma: {rate!r}", "flop_per_s_scalar_fma: 0.0"))
+    with pytest.raises(InputError, match=r"bad\.yaml.*flop_per_s_scalar_fma"):
         load_profile(tmp_path / "bad.yaml")
 
 

@@ -11,7 +11,7 @@
  *         run the kernels on the caller's buffers (the probe's own numpy arrays):
  *         gcc -O3 -march=native -fopenmp-simd -shared -fPIC -o memory_c.so memory.c -lm
  * Usage:  memory_c KIND WORKING_SET_BYTES SWEEPS REPS
- *         KIND = load_unit | load_random | store | copy | flop_scalar | flop_simd | divsqrt | flop_independent
+ *         KIND = load_unit | load_random | store | copy | flop_scalar | flop_simd | divsqrt | flop_independent | flop_fma
  * Prints one line per repetition: seconds for SWEEPS sweeps.
  *
  * Buffers: 2 MiB-aligned, and madvise(MADV_HUGEPAGE) from 4 MiB up, as numpy does for its
@@ -118,6 +118,21 @@ __attribute__((noinline, optimize("no-tree-vectorize", "fp-contract=off"))) stat
     return s;
 }
 
+/* Twelve accumulators, one fused multiply-add each an element (probes/compute.py's _flop_fma:
+ * scalar, contracted, 24 flop an element; -march=native gives gcc the FMA where the core has it). */
+__attribute__((noinline, optimize("no-tree-vectorize", "fp-contract=fast"))) static double flop_fma(const double *x, size_t n, long reps, double c) {
+    double s0 = 0.0, s1 = 0.1, s2 = 0.2, s3 = 0.3, s4 = 0.4, s5 = 0.5;
+    double s6 = 0.6, s7 = 0.7, s8 = 0.8, s9 = 0.9, s10 = 1.0, s11 = 1.1;
+    for (long r = 0; r < reps; r++)
+        for (size_t i = 0; i < n; i++) {
+            double v = x[i];
+            s0 = s0 * c + v; s1 = s1 * c + v; s2 = s2 * c + v; s3 = s3 * c + v;
+            s4 = s4 * c + v; s5 = s5 * c + v; s6 = s6 * c + v; s7 = s7 * c + v;
+            s8 = s8 * c + v; s9 = s9 * c + v; s10 = s10 * c + v; s11 = s11 * c + v;
+        }
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + ((s8 + s9) + (s10 + s11));
+}
+
 /* One divide and one square root per element, summed in order (scalar, as numba compiles
  * probes/compute.py's _divsqrt_scalar; gcc keeps sqrt scalar without -ffast-math anyway). */
 __attribute__((noinline, optimize("no-tree-vectorize"))) static double divsqrt(const double *x, size_t n, long reps) {
@@ -138,6 +153,7 @@ double pmac_c_flop_scalar(const double *x, size_t n, long reps) { return flop_sc
 double pmac_c_flop_simd(const double *x, size_t n, long reps) { return flop_simd(x, n, reps, 0.999, 1e-4); }
 double pmac_c_divsqrt(const double *x, size_t n, long reps) { return divsqrt(x, n, reps); }
 double pmac_c_flop_independent(const double *x, size_t n, long reps) { return flop_independent(x, n, reps, 0.999, 1e-4); }
+double pmac_c_flop_fma(const double *x, size_t n, long reps) { return flop_fma(x, n, reps, 0.999); }
 
 int main(int argc, char **argv) {
     if (argc != 5) {
@@ -175,6 +191,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(kind, "flop_simd")) sink = flop_simd(a, n, sw, 0.999, 1e-4);
         else if (!strcmp(kind, "divsqrt")) sink = divsqrt(a, n, sw);
         else if (!strcmp(kind, "flop_independent")) sink = flop_independent(a, n, sw, 0.999, 1e-4);
+        else if (!strcmp(kind, "flop_fma")) sink = flop_fma(a, n, sw, 0.999);
         else { fprintf(stderr, "unknown kind %s\n", kind); return 2; }
         double dt = now() - t0;
         if (r >= 0) printf("%.9e\n", dt);
