@@ -1,0 +1,86 @@
+"""bench/scheduler_reach and bench/array_offset: their kernels' and rewrites' text by hand, the
+assembly reading on a made-up loop, their errors, one small real run each."""
+
+from __future__ import annotations
+
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+REACH = BENCH / "scheduler_reach"
+OFFSET = BENCH / "array_offset"
+
+
+def test_reach_kernel_source_and_its_operations():
+    g = runpy.run_path(str(REACH), run_name="scheduler_reach")
+    src = g["source"](2, 3)
+    assert src.count("w = w * c + e") == 2
+    assert "s += w + (((v * 0.5 + 0.25) + (v * 0.51 + 0.26)) + (v * 0.52 + 0.27))" in src
+    # 2 x 2 chain, 3 terms of 2 and their 2 adds, the join, the sum
+    assert g["ops_per_element"](2, 3) == 4 + 6 + 2 + 1 + 1
+    assert g["ops_per_element"](8, 0) == 17
+    fn = g["_compile_source"]("k", src)
+    x = np.linspace(0.5, 1.0, 8)
+    out = np.zeros_like(x)
+    c, e = 0.5, 0.25
+    want = sum((v * c + e) * c + e + ((v * 0.5 + 0.25) + (v * 0.51 + 0.26)) + (v * 0.52 + 0.27) for v in x)
+    assert fn(x, out, 1, c, e) == pytest.approx(want, rel=1e-13) and out[0] == pytest.approx(want, rel=1e-13)
+
+
+def test_reach_reads_the_loop_up_to_its_jump_back():
+    """A loop of 10 instructions (4 FP operations, two elements of 2) followed by fall-through code:
+    5 instructions an element; a block without a jump back to itself is not a loop."""
+    loop = "\n".join(["\tvmovsd\t(%rdx), %xmm5", "\tvmulsd\t%xmm5, %xmm0, %xmm7", "\tvaddsd\t%xmm7, %xmm1, %xmm7",
+                      "\tvmulsd\t%xmm5, %xmm0, %xmm6", "\tvaddsd\t%xmm6, %xmm1, %xmm6", "\tvmovsd\t8(%rdx), %xmm5",
+                      "\taddq\t$2, %r8", "\tcmpq\t%r8, %r10", "\tnop", "\tjne\t.LBB0_3",
+                      "\tvaddsd\t%xmm1, %xmm1, %xmm1", "\tje\t.LBB0_7"])
+    asm = "f:\n\tpushq\t%rbp\n.LBB0_1:\n\tvaddsd\t%xmm1, %xmm1, %xmm1\n\tjmp\t.LBB0_2\n.LBB0_3:\n" + loop + "\n.LBB0_7:\n\tretq\n"
+    read = runpy.run_path(str(REACH), run_name="scheduler_reach")["loop_instructions"]
+    assert read(asm, 2) == pytest.approx(5.0)
+    assert np.isnan(read("f:\n.LBB0_1:\n\tvaddsd\t%xmm1, %xmm1, %xmm1\n\tretq\n", 2))
+
+
+def test_reach_bad_arguments_are_one_line_and_a_small_run_prints_its_table():
+    for args, msg in ((["--depths", "a"], "comma-separated whole numbers"),
+                      (["--depths", "0"], "chains of 1 step or more")):
+        r = subprocess.run([sys.executable, str(REACH), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, str(REACH), "--depths", "1,8", "--fillers", "0", "--rounds", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("chain latency") and lines[1].split()[:3] == ["D", "F", "ops"]
+    rows = {int(ln.split()[0]): [float(v) for v in ln.split()[1:]] for ln in lines[2:]}
+    assert set(rows) == {1, 8} and rows[8][1] == 17 and rows[8][2] > 17   # the loop's instructions
+    # 16 dependent operations take longer than 2 on any core
+    assert rows[8][3] > rows[1][3]
+
+
+def test_offset_rewrites_the_allocation_of_v_only():
+    g = runpy.run_path(str(OFFSET), run_name="array_offset")
+    src = (BENCH.parent / "examples" / "stencil2d.c").read_text()
+    out = g["variant"](src, 32)
+    assert g["ALLOC"] not in out and "free(v);" not in out
+    assert "double *v = (double *)malloc(sizeof(double) * ((size_t)w * (ny + 2) + 32)) + 32;" in out
+    assert out.replace("double *v = (double *)malloc(sizeof(double) * ((size_t)w * (ny + 2) + 32)) + 32;",
+                       g["ALLOC"]).replace("free(u); ", "free(u); free(v); ", 1) == src
+    with pytest.raises(Exception, match="its allocation of v is not the line this bench rewrites"):
+        g["variant"](src.replace(g["ALLOC"], ""), 8)
+
+
+@pytest.mark.requires("mpi")
+def test_offset_bad_arguments_and_a_small_run():
+    r = subprocess.run([sys.executable, str(OFFSET), "--offsets", "x"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "comma-separated whole numbers" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, str(OFFSET), "--n", "64", "--iters", "2", "--offsets", "8", "--rounds", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("stencil2d N=64 iters=2, 2 ranks")
+    assert lines[1].split()[:2] == ["as", "shipped"] and "1.000 of as shipped" in lines[1]
+    assert lines[2].split()[:3] == ["v", "+8", "doubles"]
