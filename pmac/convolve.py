@@ -33,7 +33,24 @@ plateau of the unit-stride curve, and is linear in the histogram. What it does n
 random single-word access out of a far level is latency-bound (the probe's ``load_random``
 plateau), and costs more than a line at the unit-stride rate.
 Plateaus are ``bw_*_L = min(bw_1core, bw_allcores / active_cores)`` (``load_unit`` and ``store``
-of the profile). Why this rather than PMaC's stretched exponential fitted to the bandwidth curve:
+of the profile). Memory's loads and stores go together: where the profile has memory's ``copy``
+plateau (one array read, another written, bytes counted both ways), the lines a burst moves both
+ways pair off and go at it, the rest at the one-way plateaus::
+
+    t_mem = 2 * min(n_load, n_store) / bw_copy + (n_load - min) / bw_load + (n_store - min) / bw_store
+
+Why: one stream of loads keeps fewer lines in flight than DRAM can serve, and a stream of stores
+pays a read for ownership and a write-back; together they use more of it. A STREAM triad from
+DRAM (two loads and a store an element) ran 2.1 ns an element on a Cascade Lake (28 Nov 2026)
+where the one-way plateaus say 2.36 and the pairing 2.14; stream_mpi-n2-2000000 went from +11.3
+and +19.0 % to +1.4 and +5.8 % in that day's two runs with the FMA kernel (``bench/accuracy
+--measured F --machine P --traces D``, their own profiles), +21.3 to +7.9 % against the shipped
+profile. On the Zen 4's shipped profile over ten of its runs of 28 Nov (the EPYC's host is gone, so
+``--measured`` again): its mean signed error +7.2 -> -3.8 %, the runs' mean absolute error 8.38 ->
+8.03 %, every case within 15 % in 6 runs instead of 4 (66 of 80 cases instead of 67: the host's
+slow runs, already short, a point shorter). Pairing at the cache levels too was tried and left
+out: cg_mpi4py-n2-200000, which sweeps its L2 and L3, went 1-2 points further short on both cores
+(bench/results/README.md). Why this rather than PMaC's stretched exponential fitted to the bandwidth curve:
 see above (``bench/convolve --mapping`` compares both on the probe curve).
 
 **Compute time.** ``t_flop = (flop_scalar / flop_per_s_scalar + flop_simd / flop_per_s_simd)
@@ -394,6 +411,9 @@ class MachineCoeffs:
     dep_slowdown_ratio: tuple[float, ...] = ()
     branch_miss_frac: tuple[float, ...] = ()
     branch_cost_s: tuple[float, ...] = ()
+    #: memory's copy plateau (bytes/s a core, both ways): lines a burst moves both ways go at it;
+    #: None: loads and stores at their own plateaus
+    copy_bandwidth_bytes_per_s: float | None = None
     #: seconds a scalar fused multiply-add is priced at; None: two flop at ``flop_per_s_scalar``
     fma_op_s: float | None = None
     #: divide/square-root operations per second; None: divides priced as flop
@@ -505,6 +525,9 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         out.append(bw)
         if note:
             notes.append(note)
+    copy = None
+    if "copy" in node.memory.bandwidth_1core_bytes_per_s or "copy" in node.memory.bandwidth_allcores_bytes_per_s:
+        copy = _plateau(node.memory, ("copy",), active, "node.memory", profile.name)[0]
     quantiles = ()
     if soft_capacity:
         # the curve of one core for one active core, of all cores otherwise
@@ -543,7 +566,7 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         name=profile.name, level_names=tuple(names), level_line_bytes=tuple(lines), capacity_lines=tuple(caps),
         load_bandwidth_bytes_per_s=tuple(bl), store_bandwidth_bytes_per_s=tuple(bs),
         flop_per_s_scalar=comp.scalar_rate, flop_per_s_simd=comp.flop_per_s_simd,
-        fma_op_s=comp.fma_op_s if comp.flop_per_s_scalar_fma else None,
+        fma_op_s=comp.fma_op_s if comp.flop_per_s_scalar_fma else None, copy_bandwidth_bytes_per_s=copy,
         dep_distance=dep_x, dep_slowdown_ratio=dep_y, branch_miss_frac=br_x, branch_cost_s=br_y,
         divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, chain_add_s=comp.chain_add_s,
         chain_mul_s=comp.chain_mul_s, divider_beta=float(comp.divider_beta or 0.0),
@@ -588,7 +611,7 @@ def _mean_hits(out, h_k, lev_q, n_q, L, p):
 
 @numba.njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
 def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, fma_s, divsqrt, recur, recur_mul, branches, dep,
-            bmiss, cap_line, cap_edge, cap_frac, lev_q, n_q, line_b, inv_bl, inv_bs, inv_fs, inv_fv, fma_x, inv_dv, dv_beta,
+            bmiss, cap_line, cap_edge, cap_frac, lev_q, n_q, line_b, inv_bl, inv_bs, inv_bc, inv_fs, inv_fv, fma_x, inv_dv, dv_beta,
             t_add, t_mul,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
             out_t, out_m, out_c, detail, fetches, fetch_cum, f_line, f_edge, f_frac, f_miss, has_fetch):
@@ -693,11 +716,14 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, fma_s, 
             ibsm = inv_bs[n_l, p]
             ibl0 = inv_bl[0, p]
             ibs0 = inv_bs[0, p]
+            ibcm = inv_bc[p]
             has_levels = n_l > 0
             for j in range(m):
                 ml = nl[j] * (1.0 - hlp[j]) * lbm if has_levels else 0.0
                 ms = ns[j] * (1.0 - hsp[j]) * lbm if has_levels else 0.0
-                t = tm[j] + ml * iblm + ms * ibsm
+                # lines moved both ways pair off at the copy plateau (module docstring)
+                pr = min(ml, ms) if ibcm > 0.0 else 0.0
+                t = tm[j] + (ml - pr) * iblm + (ms - pr) * ibsm + 2.0 * pr * ibcm
                 tm[j] = t + max(lb[j] - mvl[j] - ml, 0.0) * ibl0 + max(sb[j] - mvs[j] - ms, 0.0) * ibs0
             _segment_curve(slow, x_dep, dep_y0[p], dep_x, dep_iw, dep_dy, p)
             if n_kn >= 2:
@@ -799,7 +825,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
     n_qm = max([len(m.quantile_lines(L)) for m in machines for L in range(len(m.level_names))] + [1])
     points: dict[tuple[int, int, float], int] = {(0, 0, 0.0): 0}
     a = dict(lev_q=np.zeros((n_l, n_qm, n_p), np.int64), n_q=np.ones((n_l, n_p), np.int64), line_b=np.zeros((n_l + 1, n_p)), inv_bl=np.zeros((n_l + 1, n_p)), inv_bs=np.zeros((n_l + 1, n_p)),
-             inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), fma_extra=np.zeros(n_p), inv_dv=np.zeros(n_p), dv_beta=np.zeros(n_p), t_ch=np.zeros(n_p),
+             inv_bc=np.zeros(n_p), inv_fs=np.zeros(n_p), inv_fv=np.zeros(n_p), fma_extra=np.zeros(n_p), inv_dv=np.zeros(n_p), dv_beta=np.zeros(n_p), t_ch=np.zeros(n_p),
              t_cha=np.zeros(n_p), t_chm=np.zeros(n_p),
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
              br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
@@ -827,6 +853,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
         a["line_b"][nl:, p] = m.level_line_bytes[nl - 1] if nl else 64
         a["inv_bl"][n_l, p] = 1.0 / m.load_bandwidth_bytes_per_s[nl]
         a["inv_bs"][n_l, p] = 1.0 / m.store_bandwidth_bytes_per_s[nl]
+        a["inv_bc"][p] = 1.0 / m.copy_bandwidth_bytes_per_s if m.copy_bandwidth_bytes_per_s else 0.0
         a["inv_fs"][p] = 1.0 / m.flop_per_s_scalar
         a["inv_fv"][p] = 1.0 / m.flop_per_s_simd
         # an FMA's price beyond its two flop at the scalar rate (0 without an FMA rate)
@@ -901,7 +928,7 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
             bursts.flop_scalar, bursts.flop_simd, fma, divsqrt, recur, recur_mul,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
-            a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_q"], a["n_q"], a["line_b"], a["inv_bl"], a["inv_bs"],
+            a["cap_line"], a["cap_edge"], a["cap_frac"], a["lev_q"], a["n_q"], a["line_b"], a["inv_bl"], a["inv_bs"], a["inv_bc"],
             a["inv_fs"], a["inv_fv"], a["fma_extra"], a["inv_dv"], a["dv_beta"], t_add, t_mul, a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail, fetches, fetch_cum, a["f_line"], a["f_edge"], a["f_frac"], a["f_miss"],

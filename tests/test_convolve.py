@@ -444,3 +444,31 @@ def test_flop_split_tells_fmas_apart_only_where_lanes_were_counted():
     assert list(s) == [7.0, 6.0, 8.0] and list(v) == [0.0, 6.0, 0.0]
     # row 1: 8 lanes (4 scalar, 4 in two 128-bit), 12 flop: 4 FMA lanes, half of them scalar
     assert list(f) == [2.0, 2.0, 0.0]
+
+
+def test_memory_lines_moved_both_ways_pair_off_at_the_copy_plateau():
+    """Where memory has a copy plateau, the lines a burst loads from and stores to memory pair off
+    and go at it (bytes counted both ways), the rest at the one-way plateaus; by hand. Without it
+    (the synthetic profile as it is) loads and stores go apart, as before; cache levels never pair."""
+    p = two_level_profile(beta=0.0, dep=False, branch=False)          # memory: load 10, store 5 GB/s
+    mem = p.node.memory
+    q = dataclasses.replace(p, node=dataclasses.replace(p.node, memory=dataclasses.replace(
+        mem, bandwidth_1core_bytes_per_s={**mem.bandwidth_1core_bytes_per_s, "copy": 16e9})))
+    mp, mq = machine_coeffs(p), machine_coeffs(q)
+    assert mp.copy_bandwidth_bytes_per_s is None and mq.copy_bandwidth_bytes_per_s == 16e9
+    # 300 cold loads and 100 cold stores: 300 and 100 lines from and to memory
+    b = one_burst({-1: 300}, {-1: 100}, load_bytes=300 * 8, store_bytes=100 * 8, fp_scalar=0, flop=0.0, branches=0)
+    got = convolve(b, [mp, mq]).memory_s[:, 0]
+    assert got[0] == pytest.approx(300 * 64 / 10e9 + 100 * 64 / 5e9, rel=1e-6)
+    assert got[1] == pytest.approx(2 * 100 * 64 / 16e9 + 200 * 64 / 10e9, rel=1e-6)
+    # loads only: nothing to pair
+    lo = one_burst({-1: 300}, load_bytes=300 * 8, fp_scalar=0, flop=0.0, branches=0)
+    assert convolve(lo, [mp, mq]).memory_s[1, 0] == pytest.approx(300 * 64 / 10e9, rel=1e-6)
+    # an L2 copy plateau changes nothing: 300 loads and 100 stores at distance 2000 (L2)
+    l2 = q.node.caches[1]
+    r = dataclasses.replace(q, node=dataclasses.replace(q.node, caches=(q.node.caches[0], dataclasses.replace(
+        l2, bandwidth_1core_bytes_per_s={**l2.bandwidth_1core_bytes_per_s, "copy": 1e12}))))
+    c = one_burst({2000: 300}, {2000: 100}, load_bytes=300 * 8, store_bytes=100 * 8, fp_scalar=0, flop=0.0,
+                  branches=0)
+    a, bb = convolve(c, [mq, machine_coeffs(r)]).memory_s[:, 0]
+    assert a == bb == pytest.approx(300 * 64 / 50e9 + 100 * 64 / 25e9, rel=1e-6)
