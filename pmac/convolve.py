@@ -174,7 +174,7 @@ import pandas as pd
 
 from .capacity import capacity_ratios, is_data_level
 from .errors import MissingSectionError
-from .memsig import (ACCESS_FETCH, ACCESS_LOAD, ACCESS_STORE, COLD_BIN, LINE_SIZES_BYTES, N_REUSE_BINS,
+from .memsig import (ACCESS_FETCH, ACCESS_LOAD, ACCESS_STORE, COLD_BIN, N_REUSE_BINS,
                      REUSE_BIN_EDGES_LINES)
 from .profile import MachineProfile
 

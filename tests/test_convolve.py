@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pmac.convolve import (BurstArrays, burst_arrays, combine_overlap, convolve, edge_position,
+from pmac.convolve import (burst_arrays, combine_overlap, convolve, edge_position,
                            machine_coeffs)
 from pmac.errors import MissingSectionError
 from pmac.memsig import COLD_BIN, REUSE_BIN_EDGES_LINES, hit_fraction, reuse_bin
