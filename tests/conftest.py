@@ -78,6 +78,32 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "requires(*what): needs mpi, valgrind, netns, root, shared, gfortran, simgrid, pypi")
 
 
+_LEAKED: list[str] = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A test that leaves a non-daemon thread running (say, one blocked writing to a FIFO nobody
+    reads) would keep the interpreter alive after the summary: CI would time out instead of
+    failing. Name such threads and fail the session."""
+    import threading
+
+    _LEAKED[:] = [t.name for t in threading.enumerate()
+                  if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if _LEAKED:
+        session.exitstatus = 1
+
+
+def pytest_unconfigure(config):
+    if _LEAKED:
+        import os
+        import sys
+
+        print(f"tests left non-daemon threads running: {', '.join(_LEAKED)}; failing rather than "
+              "hanging at exit", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
+
+
 def pytest_runtest_setup(item):
     for mark in item.iter_markers(name="requires"):
         for what in mark.args:

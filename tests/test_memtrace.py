@@ -424,10 +424,14 @@ def test_stream_reader_joins_words_cut_anywhere(tmp_path):
     fifo = tmp_path / "rank-0.acc"
     os.mkfifo(fifo)
     stream = AccessStream(fifo, (32, 256))
-    writer = threading.Thread(target=_fifo_feed, args=(fifo, payload, [3, 5, 4093, 65543, 1 << 20]))
+    # histograms() ends the stream (it unblocks a reader still waiting): call it, as
+    # pmac.memtrace does, only once the writer (the tool) is done
+    writer = threading.Thread(target=_fifo_feed, args=(fifo, payload, [3, 5, 4093, 65543, 1 << 20]),
+                              daemon=True)
     writer.start()
+    writer.join(timeout=120)
+    assert not writer.is_alive(), "the reader thread did not drain the FIFO"
     got = stream.histograms(summary, 3, fifo)
-    writer.join()
     for lb in (32, 256):
         np.testing.assert_array_equal(got[lb], burst_histograms(words, 3, lb, 4.0, 2.0))
     assert got[32][:, :2].sum() == 4.0 * (~fetch).sum() and got[32][:, 2].sum() == 2.0 * fetch.sum()
