@@ -1,5 +1,5 @@
-"""bench/scheduler_reach and bench/array_offset: their kernels' and rewrites' text by hand, the
-assembly reading on a made-up loop, their errors, one small real run each."""
+"""bench/scheduler_reach, bench/array_offset and bench/stencil_kernel: their kernels' and rewrites'
+text by hand, the assembly reading on a made-up loop, their errors, one small real run each."""
 
 from __future__ import annotations
 
@@ -84,3 +84,48 @@ def test_offset_bad_arguments_and_a_small_run():
     assert lines[0].startswith("stencil2d N=64 iters=2, 2 ranks")
     assert lines[1].split()[:2] == ["as", "shipped"] and "1.000 of as shipped" in lines[1]
     assert lines[2].split()[:3] == ["v", "+8", "doubles"]
+
+
+KERNEL = BENCH / "stencil_kernel"
+
+
+def test_stencil_kernel_is_the_examples_loop_with_and_without_its_chain():
+    g = runpy.run_path(str(KERNEL), run_name="stencil_kernel")
+    src = (BENCH.parent / "examples" / "stencil2d.c").read_text()
+    loop = g["loop_of"](src, True)
+    assert loop.startswith("double local = 0.0;") and loop.endswith("}")
+    assert loop in src and loop.count("{") == loop.count("}") == 2           # the row loop and the point loop
+    assert "vc[i] = x;" in loop and "local += d * d;" in loop and "MPI_Allreduce" not in loop
+    bare = g["loop_of"](src, False)
+    assert "local += d * d;" not in bare and "double d = x - uc[i];" not in bare
+    assert bare.replace(" ", "").replace("\n", "") == \
+        loop.replace("double d = x - uc[i];", "").replace("local += d * d;", "").replace(" ", "").replace("\n", "")
+    prog = g["program"](src, True)
+    assert loop in prog and "%" not in prog.replace("%.4f", "").replace("%.6e", "").replace("k % 1009", "")
+    with pytest.raises(Exception, match="no single line 'double local = 0.0;'"):
+        g["loop_of"](src.replace("double local = 0.0;", ""), True)
+    with pytest.raises(Exception, match="no single line 'local \\+= d \\* d;'"):
+        g["loop_of"](src.replace("local += d * d;", "local += d;"), False)
+
+
+@pytest.mark.requires("mpi")
+def test_stencil_kernel_bad_arguments_and_a_small_run():
+    r = subprocess.run([sys.executable, str(KERNEL), "--rows", "8,x"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "comma-separated whole numbers" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, str(KERNEL), "--rows", "2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--rows and --cols take 3 or more" in r.stderr
+    r = subprocess.run([sys.executable, str(KERNEL), "--rows", "8", "--cols", "62", "--rounds", "1", "--program", "16"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    import re
+
+    prog = lines.pop()     # the example itself: its time a point of a rank (mostly its calls, at N = 16)
+    m = re.search(r"([\d.]+) \(\s*([\d.]+)\)\s+([\d.]+)$", prog)
+    assert prog.split()[:3] == ["stencil2d", "N=16,", "2"] and m and float(m.group(1)) >= float(m.group(2)) > 0
+    assert lines[0].startswith("stencil2d's update loop, rows of 62 + 2 doubles, 1 rounds")
+    rows = [ln.split() for ln in lines[1:]]
+    # 2 x 10 x 64 doubles = 10 KiB a copy; alone: chain, no chain, aliased; pair: two more on 2 cores
+    assert len(rows) in (3, 5) and all(r[:4] == ["8", "rows", "(", "10"] for r in rows)
+    assert [r[7:10] for r in rows[:3]] == [["chain", "v", "+32"], ["no", "chain", "v"], ["chain", "v", "+0"]]
+    assert rows[0][-1] == "1.000" and all(float(r[-4]) > 0 for r in rows)   # median (minimum) ratio
