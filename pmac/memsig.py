@@ -81,6 +81,7 @@ BURSTS = TableSpec(name="bursts", columns=(
     ("fp_recurrence", "int64"),  # FP operations on loop-carried dependency chains; -1: not counted
     ("fp_recurrence_mul", "int64"),  # of which multiplies, FMAs, divides, square roots; -1: not counted
     ("fetches", "int64"),        # instruction fetches (entries into a 32-byte chunk of code); -1: not counted
+    ("alias_loads", "int64"),    # loads that 4 KiB-alias a recent store (pmac_vg, sampled); -1: not counted
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
     ("branch_miss_frac", "float64"),
@@ -115,6 +116,7 @@ FUNCTIONS = TableSpec(name="functions", columns=(
     ("fp_recurrence", "int64"),
     ("fp_recurrence_mul", "int64"),
     ("fetches", "int64"),
+    ("alias_loads", "int64"),
     ("branches", "int64"),
     ("dep_distance_mean", "float64"),
     ("branch_miss_frac", "float64"),
@@ -158,6 +160,7 @@ ADDED_COLUMNS = {
     6: {"bursts": {"fetches": -1}, "functions": {"fetches": -1}, "burst_functions": {"fetches": -1}},
     7: {"bursts": {"fp_recurrence_mul": -1}, "functions": {"fp_recurrence_mul": -1},
         "burst_functions": {"fp_recurrence_mul": -1}},
+    9: {"bursts": {"alias_loads": -1}, "functions": {"alias_loads": -1}, "burst_functions": {"alias_loads": -1}},
 }
 
 

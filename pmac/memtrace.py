@@ -47,14 +47,16 @@ from .vgtool_build import build_tool, valgrind_command
 #: counters of the tool, in file order (pmac_vg.c enum C_*)
 COUNTERS = ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar", "fp_128", "fp_256",
             "fp_512", "flop", "fp_divsqrt", "branches", "branch_misses", "dep_sum", "dep_n", "fp_recurrence",
-            "fetches", "sampled", "fp_recurrence_mul")
+            "fetches", "sampled", "fp_recurrence_mul", "alias_loads", "alias_seen")
 #: version of the tool's summary file: 2 adds fp_divsqrt (divide and square-root operations),
 #: 3 fp_recurrence (FP operations on loop-carried chains), 4 the counters per (burst, function),
 #: 5 instruction fetches (counted, and sampled in the access file: ACC_MAGIC), 6 the accesses
 #: inside MPI calls (in the access file after an outside marker), 7 the code's own sample rate
-#: (fetch_threshold), 8 fp_recurrence_mul (the multiply-class operations of the chains); the files
-#: live only while a trace runs, so older ones are refused, not migrated
-TOOL_FILE_VERSION = 8
+#: (fetch_threshold), 8 fp_recurrence_mul (the multiply-class operations of the chains), 9
+#: alias_loads of alias_seen (the loads of the tool's sampled windows that 4 KiB-alias a recent
+#: store, of the loads it tested); the files live only while a trace runs, so older ones are
+#: refused, not migrated
+TOOL_FILE_VERSION = 9
 #: the access file's magic: version 2 words carry fetches (bit 62) and 18-bit function ids,
 #: version 3 also the accesses inside MPI calls (pmac.reuse.OUTSIDE_MARK), version 4 a header
 #: with the code's sample threshold
@@ -309,9 +311,35 @@ def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
                                "fp_128", "fp_256", "fp_512", "fp_divsqrt", "fp_recurrence",
                                "fp_recurrence_mul", "fetches", "branches")}
     out["flop"] = col["flop"].astype(np.float64)
+    # the tool tests loads for 4 KiB aliasing in windows sampled in time: their share scaled to all
+    # the loads (bursts and their pairs come here pooled by function: _pool_alias)
+    seen = col["alias_seen"]
+    out["alias_loads"] = np.where(seen > 0, np.rint(col["loads"] * (col["alias_loads"] / np.maximum(seen, 1))),
+                                  0).astype(np.int64)
     out["dep_distance_mean"] = dep
     out["branch_miss_frac"] = miss
     return out
+
+
+def _pool_alias(o: ToolOutput) -> ToolOutput:
+    """``o`` with each burst's and (burst, function) pair's aliasing counters replaced by the
+    function's share over the whole run: aliased = loads x (the function's aliased / tested loads),
+    tested = loads. The tool's windows (a few hundred accesses every few ten thousand) miss most
+    short bursts and catch a long one a few times; whether a load aliases is a matter of the code
+    and where its arrays lie, which the iterations of a run share. A function no window saw has 0."""
+    if not len(o.burst_fn) or not len(o.functions):
+        return o
+    ia, iseen, il = (COUNTERS.index(k) for k in ("alias_loads", "alias_seen", "loads"))
+    f = o.functions.astype(np.float64)
+    share = np.where(f[:, iseen] > 0, f[:, ia] / np.maximum(f[:, iseen], 1.0), 0.0)
+    pairs = o.burst_fn_counts.copy()
+    est = np.rint(pairs[:, il].astype(np.float64) * share[o.burst_fn[:, 1]]).astype(np.uint64)
+    pairs[:, ia], pairs[:, iseen] = est, pairs[:, il]
+    bursts = o.bursts.copy()
+    bursts[:, ia] = np.bincount(o.burst_fn[:, 0], weights=est.astype(np.float64),
+                                minlength=len(bursts))[:len(bursts)].round().astype(np.uint64)
+    bursts[:, iseen] = bursts[:, il]
+    return dataclasses.replace(o, bursts=bursts, burst_fn_counts=pairs)
 
 
 def _function_counts(o: ToolOutput, keep: np.ndarray | None = None) -> pd.DataFrame:
@@ -378,6 +406,7 @@ def memory_tables(outputs: dict[int, ToolOutput], *, line_sizes: tuple[int, ...]
     """The pmac.memsig tables (bursts, reuse, functions, burst_functions, burst_names) of the traced ranks."""
     bursts, reuse, funcs, split, names = [], [], [], [], []
     for rank, o in sorted(outputs.items()):
+        o = _pool_alias(o)
         split.append(burst_functions(rank, o))
         names.append(burst_names(rank, o))
         n = len(o.burst_seq)

@@ -26,7 +26,7 @@ from .trace import EVENT_TABLES, world_comm_table
 KIND = "pmac.signature"
 #: current schema version (memory.npz columns by version: pmac.memsig.ADDED_COLUMNS; version 4
 #: adds the table burst_functions, version 8 burst_names)
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: header + events.npz (+ memory.npz)",
                         2: "memory.npz: bursts and functions gain fp_divsqrt (divide and square-root "
                            "operations); version-1 signatures load with -1 there (not counted)",
@@ -45,9 +45,12 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: header + events.npz (+ m
                            "every chain operation at one price)",
                         8: "memory.npz gains table burst_names (the function that ran most of each burst); "
                            "older signatures have none and pmac predict --functions shows their bursts that "
-                           "ran one function as '(unsplit bursts)'"},
+                           "ran one function as '(unsplit bursts)'",
+                        9: "memory.npz: bursts, functions and burst_functions gain alias_loads (loads that "
+                           "4 KiB-alias a recent store, pmac_vg's time-sampled windows scaled to all "
+                           "loads); older signatures load with -1 (not counted)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
-                          5: lambda body: body, 6: lambda body: body, 7: lambda body: body})
+                          5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body})
 
 HEADER_FILE = "signature.yaml"
 EVENTS_FILE = "events.npz"

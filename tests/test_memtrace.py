@@ -698,3 +698,38 @@ def test_code_is_sampled_at_its_own_rate(tmp_path):
     assert r[r["access"] == ACCESS_FETCH]["count"].sum() == 4 * len(code_part)
     assert r[r["access"] != ACCESS_FETCH]["count"].sum() == len(data_part)
     assert part.functions[fid, COUNTERS.index("fetches")] == full.functions[fid, COUNTERS.index("fetches")]
+
+
+def test_loads_that_alias_a_recent_store_are_counted(tmp_path, cache):
+    """alias_loads (4 KiB aliasing): ``v[i] = 0.5 * (u[i - 1] + u[i + 1])`` over two arrays on
+    pages of their own. With v at u's 4 KiB phase, the load of u[i - 1] shares its low 12 address
+    bits with the store to v[i - 1] one iteration before (u[i + 1] with none of the last 8 stores):
+    half the loop's loads alias. With v 32 doubles further none do (the store of u[i - 1]'s phase
+    is 33 back). The tool tests loads in windows sampled in time; pmac.memtrace scales the share of
+    each function to its loads in every burst and pair; the reuse sample is the same either way."""
+    from pmac.memtrace import memory_tables
+
+    source = ("#include <stdio.h>\n#include <stdlib.h>\n"
+              "__attribute__((noinline)) void sweep(const double *u, double *v, long n) {\n"
+              "  for (long i = 1; i < n - 1; i++) v[i] = 0.5 * (u[i - 1] + u[i + 1]); }\n"
+              "int main(int argc, char **argv) { long n = atol(argv[1]); int off = atoi(argv[2]);\n"
+              "  double *u = aligned_alloc(4096, 8 * (n + 4096)), *v = (double *)aligned_alloc(4096, 8 * (n + 4096)) + off;\n"
+              "  for (long i = 0; i < n; i++) { u[i] = i; v[i] = 0; }\n"
+              "  for (int r = 0; r < 20; r++) sweep(u, v, n);\n"
+              "  printf(\"%f\\n\", v[n / 2]); return 0; }\n")
+    exe = _build_c(tmp_path, "alias", source, "-O2", "-fno-tree-vectorize")
+    n = 50_000
+    got = {}
+    for off in (0, 32):
+        o = read_tool_output(run_under_tool([str(exe), str(n), str(off)], tmp_path / f"run{off}").files[0])
+        t = memory_tables({0: o})
+        f = t["functions"].set_index("function").loc["sweep"]
+        assert f["loads"] == pytest.approx(20 * 2 * (n - 2), abs=20 * 4)   # (and a few a call outside the loop)
+        pair = t["burst_functions"].set_index("function").loc["sweep"]
+        got[off] = (f["alias_loads"] / f["loads"], pair["alias_loads"], f["alias_loads"],
+                    int(o.bursts[:, COUNTERS.index("sampled")].sum()), t["bursts"]["alias_loads"].sum())
+    share, pair_alias, fn_alias, sampled, burst_alias = got[0]
+    assert share == pytest.approx(0.5, abs=0.01)
+    assert pair_alias == fn_alias and burst_alias >= fn_alias          # the one burst holds the loop
+    assert got[32][0] < 0.001 and got[32][1] == 0
+    assert got[32][3] == pytest.approx(sampled, rel=1e-3)              # the windows leave the sample alone

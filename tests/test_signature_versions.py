@@ -2,7 +2,6 @@
 column at -1 ('not counted'), saves as the current version, and prices its divides as flop; a
 version-2 one (without fp_recurrence) loads with its divides and chains 'not counted'."""
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -197,10 +196,33 @@ def test_version_7_signature_has_no_burst_names_and_version_8_keeps_them(tmp_pat
     pd.testing.assert_frame_equal(back.memory["burst_names"], mem["burst_names"])
     assert list(function_times(back, [two_level_profile()])["function"]) == ["triad"]
     v7 = memory_tables_of_version(7)
-    save_tables(tmp_path / "v8" / "memory.npz", {k: v for k, v in sig.memory.items() if k != "burst_names"}, v7,
-                compress=True)
+    save_tables(tmp_path / "v8" / "memory.npz", {k: v[list(v7[k].names)] for k, v in sig.memory.items()
+                                                 if k != "burst_names"}, v7, compress=True)
     y = tmp_path / "v8" / "signature.yaml"
     y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 7"))
     old = load_signature(tmp_path / "v8")
     assert "burst_names" not in old.memory
     assert list(function_times(old, [two_level_profile()])["function"]) == [UNSPLIT]
+
+
+def test_version_8_signature_loads_with_aliased_loads_not_counted(tmp_path):
+    """Version 9 adds alias_loads (loads that 4 KiB-alias a recent store) to bursts, functions and
+    burst_functions: saved and loaded it comes back; a version-8 file (without it) loads with -1
+    there ('not counted'), and saves again as the current version."""
+    mem = memory_tables([dict(rank=0, seq=1, loads=10, load_bytes=80, fp_scalar=5, flop=5.0, alias_loads=4)],
+                        [dict(rank=0, seq=1, access=0, counts={0: 10})])
+    sig = dataclasses.replace(pingpong_signature(n_iter=1), memory=mem)
+    save_signature(sig, tmp_path / "v9")
+    assert load_signature(tmp_path / "v9").memory["bursts"]["alias_loads"].tolist() == [4]
+    v8 = memory_tables_of_version(8)
+    assert "alias_loads" not in v8["bursts"].names and "alias_loads" not in v8["burst_functions"].names
+    save_tables(tmp_path / "v9" / "memory.npz", {k: v[list(v8[k].names)] for k, v in sig.memory.items()}, v8,
+                compress=True)
+    y = tmp_path / "v9" / "signature.yaml"
+    y.write_text(y.read_text().replace(f"schema_version: {SCHEMA_VERSION}", "schema_version: 8"))
+    old = load_signature(tmp_path / "v9")
+    assert old.memory["bursts"]["alias_loads"].tolist() == [-1]
+    assert old.memory["bursts"]["loads"].tolist() == [10]
+    save_signature(old, tmp_path / "again")
+    assert f"schema_version: {SCHEMA_VERSION}" in (tmp_path / "again" / "signature.yaml").read_text()
+    assert load_signature(tmp_path / "again").memory["bursts"]["alias_loads"].tolist() == [-1]

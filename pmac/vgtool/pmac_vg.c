@@ -35,7 +35,7 @@
  * instrumenting: unsampled code pays nothing at run time.
  *
  * Files (little-endian), written with no address text:
- *   <out>      header 72 B: "PMACVGS1", u32 version=7, u32 n_counters, u32 hash_bits,
+ *   <out>      header 72 B: "PMACVGS1", u32 version=9, u32 n_counters, u32 hash_bits,
  *              u32 threshold, i32 pid, u32 flags, i64 n_bursts, i64 n_functions, i64 n_acc_words,
  *              i64 n_burst_functions, u32 fetch_threshold, u32 0; then the counters of code
  *              outside bursts: inside MPI calls, or run by a thread other than the main one
@@ -65,6 +65,19 @@
  * Not seen: chains through memory (spilled accumulators) or across several superblocks (a loop
  * body with internal branches that valgrind splits).
  *
+ * 4 KiB aliasing (C_ALIAS_LOADS of C_ALIAS_SEEN): a load whose bytes share their low 12 address
+ * bits with one of the last ALIAS_RING stores' but lie on another 4 KiB page looks, to a core that
+ * checks loads against older stores by those bits (Intel's since Sandy Bridge; AMD's similarly),
+ * like a load of the stored data, and waits for the store (two arrays at one 4 KiB phase, a store to
+ * b[i] then a load of a[i + 1] ... : stencil2d's u and v, each mmap'ed). No reuse distance sees it.
+ * Checking every access would cost a helper call each, so it is sampled in time: every
+ * ALIAS_PERIOD words of the reuse sample (acc_sample counts down), the next ALIAS_WINDOW accesses
+ * of the main thread each reach alias_access: the window raises g_threshold so that the reuse
+ * sample's inline test lets every access through, and acc_access tests the sample's own threshold
+ * again (no inline cost at all outside windows). Of a window's loads after its first ALIAS_WARMUP
+ * accesses (the ring filled), C_ALIAS_SEEN counts them and C_ALIAS_LOADS those that alias;
+ * pmac.memtrace scales that share to all the loads.
+ *
  * A forked child (without exec) writes nothing: the files are the parent's.
  * Size: 8 bytes per sampled access, i.e. about 8 * R bytes per access of the program.
  *
@@ -90,7 +103,7 @@
 enum {
     C_INSTR, C_LOADS, C_STORES, C_LOAD_BYTES, C_STORE_BYTES, C_FP_SCALAR, C_FP_128, C_FP_256, C_FP_512,
     C_FLOP, C_DIVSQRT, C_BRANCHES, C_BRANCH_MISS, C_DEP_SUM, C_DEP_N, C_RECUR, C_FETCH, C_SAMPLED,
-    C_RECUR_MUL, NC
+    C_RECUR_MUL, C_ALIAS_LOADS, C_ALIAS_SEEN, NC
 };
 #define HASH_BITS 24
 #define DEP_CAP 32
@@ -163,6 +176,18 @@ static Seg *all_segs;
  * runs outside bursts */
 static ULong g_threshold;
 static ULong g_fetch_threshold;   /* the same for instruction fetches */
+
+/* 4 KiB aliasing, sampled in time (see the header comment) */
+#define ALIAS_RING 8
+#define ALIAS_PERIOD 4096
+#define ALIAS_WINDOW 512
+#define ALIAS_WARMUP 32
+static ULong g_alias_on;            /* nonzero while a window runs (g_threshold then lets all through) */
+static ULong g_alias_countdown = ALIAS_PERIOD;   /* sampled words (acc_sample) until the next window */
+static Addr alias_addr[ALIAS_RING];
+static UWord alias_size[ALIAS_RING];
+static UInt alias_n;                /* stores seen in this window */
+static UInt alias_left;             /* accesses left in this window */
 
 /* ---- run-time helpers ------------------------------------------------------------------ */
 
@@ -256,7 +281,8 @@ static VG_REGPARM(1) void seg_sync(Seg *s) {
  * other threads' are not. */
 static void set_target(void) {
     Long bi = (in_mpi || other_thread) ? -1 : n_bursts - 1;
-    g_threshold = other_thread ? 0 : clo_threshold;
+    if (other_thread) g_alias_on = 0;
+    g_threshold = other_thread ? 0 : g_alias_on ? 1ULL << HASH_BITS : clo_threshold;
     g_fetch_threshold = other_thread ? 0 : clo_fetch_threshold;
     if (g_epoch && epoch_burst[g_epoch] == bi) return;
     if (++g_epoch >= cap_epochs) {
@@ -284,6 +310,8 @@ static void set_target(void) {
 static ULong out_filter[OUT_FILTER];
 static ULong out_section;   /* number of the current MPI call (from 1), part of the filter's tag */
 
+static void alias_start(void);
+
 static VG_REGPARM(2) void acc_sample(Addr a, UWord tag) {
     ULong w = (((ULong)(a >> 5) << 1) & ((1ULL << FN_SHIFT) - 1)) | (tag & 1)
               | ((ULong)((tag >> 1) & 1) << FETCH_BIT) | ((ULong)(tag >> 2) << FN_SHIFT);
@@ -295,6 +323,60 @@ static VG_REGPARM(2) void acc_sample(Addr a, UWord tag) {
     }
     cur->v[C_SAMPLED]++;
     acc_push(w);
+    if (--g_alias_countdown == 0) alias_start();
+}
+
+/* Open a window (acc_sample's countdown reached 0), unless a thread other than the main one runs
+ * (its accesses count in no burst and are not sampled). */
+static void alias_start(void) {
+    g_alias_countdown = ALIAS_PERIOD;
+    if (other_thread) return;
+    g_alias_on = 1;
+    g_threshold = 1ULL << HASH_BITS;
+    alias_left = ALIAS_WINDOW;
+    alias_n = 0;
+}
+
+/* One access of a window: a store enters the ring, a load is tested against it. ``info``: bit 0
+ * store, the size in bytes above. */
+static VG_REGPARM(3) void alias_access(Addr a, UWord info, Counters *fn) {
+    UWord size = info >> 1;
+    if (info & 1) {
+        alias_addr[alias_n % ALIAS_RING] = a;
+        alias_size[alias_n % ALIAS_RING] = size;
+        alias_n++;
+    } else if (ALIAS_WINDOW - alias_left >= ALIAS_WARMUP) {
+        ULong hit = 0;
+        UInt n = alias_n < ALIAS_RING ? alias_n : ALIAS_RING;
+        for (UInt k = 0; k < n; k++) {
+            Addr s = alias_addr[k];
+            if ((s >> 12) == (a >> 12)) continue;        /* same page: a true dependence or none */
+            UWord lo = a & 0xFFF, slo = s & 0xFFF;
+            if (lo < slo + alias_size[k] && slo < lo + size) { hit = 1; break; }
+        }
+        cur->v[C_ALIAS_SEEN]++;
+        cur->v[C_ALIAS_LOADS] += hit;
+        fn->v[C_ALIAS_SEEN]++;
+        fn->v[C_ALIAS_LOADS] += hit;
+        if (!in_mpi) {
+            Counters *c = bf_counters(n_bursts - 1, fn_of(fn)->id);
+            c->v[C_ALIAS_SEEN]++;
+            c->v[C_ALIAS_LOADS] += hit;
+        }
+    }
+    if (--alias_left == 0) {
+        g_alias_on = 0;
+        g_threshold = other_thread ? 0 : clo_threshold;
+    }
+}
+
+static ULong hash_top(ULong a);
+
+/* The call of a load or store (sample_access): ``tag`` as acc_sample's, the access's size in bytes
+ * from bit 32. */
+static VG_REGPARM(3) void acc_access(Addr a, UWord tag, Counters *fn) {
+    if (hash_top(a) < clo_threshold) acc_sample(a, tag & 0xFFFFFFFFULL);
+    if (g_alias_on) alias_access(a, (tag & 1) | ((tag >> 32) << 1), fn);
 }
 
 static void new_burst(Long seq) {
@@ -730,7 +812,10 @@ static void sample_fetch(IRSB *out, Addr a, Counters *fn) {
     addStmtToIRSB(out, IRStmt_Dirty(d));
 }
 
-static void sample_access(IRSB *out, IRExpr *addr, Int is_store, Counters *fn) {
+/* A load or store: kept for the reuse sample when its 256-byte block's hash is below g_threshold
+ * (inline test). While an aliasing window runs g_threshold lets every access through and the
+ * call (acc_access) tests the sample's own threshold again: the window costs nothing inline. */
+static void sample_access(IRSB *out, IRExpr *addr, Int is_store, Int size, Counters *fn) {
     ULong tag = fn_tag(fn);
     IRTemp line = newIRTemp(out->tyenv, Ity_I64);
     IRTemp h = newIRTemp(out->tyenv, Ity_I64);
@@ -743,8 +828,9 @@ static void sample_access(IRSB *out, IRExpr *addr, Int is_store, Counters *fn) {
                                                       IRExpr_Const(IRConst_U8(64 - HASH_BITS)))));
     addStmtToIRSB(out, IRStmt_WrTmp(g, IRExpr_Binop(Iop_CmpLT64U, IRExpr_RdTmp(top),
                                                     mk_load(out, (ULong)(Addr)&g_threshold))));
-    IRDirty *d = unsafeIRDirty_0_N(2, "acc_sample", VG_(fnptr_to_fnentry)(&acc_sample),
-                                   mkIRExprVec_2(addr, IRExpr_Const(IRConst_U64(tag | (ULong)is_store))));
+    IRDirty *d = unsafeIRDirty_0_N(3, "acc_access", VG_(fnptr_to_fnentry)(&acc_access),
+                                   mkIRExprVec_3(addr, IRExpr_Const(IRConst_U64(tag | (ULong)is_store | ((ULong)size << 32))),
+                                                 mk_u64((ULong)(Addr)fn)));
     d->guard = IRExpr_RdTmp(g);
     addStmtToIRSB(out, IRStmt_Dirty(d));
 }
@@ -807,7 +893,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             if (e->tag == Iex_Load && seg) {
                 seg->v[C_LOADS]++;
                 seg->v[C_LOAD_BYTES] += sizeofIRType(e->Iex.Load.ty);
-                sample_access(out, e->Iex.Load.addr, 0, fn);
+                sample_access(out, e->Iex.Load.addr, 0, sizeofIRType(e->Iex.Load.ty), fn);
             }
             addStmtToIRSB(out, st);
             break;
@@ -818,7 +904,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
                 typeOfIRLoadGOp(st->Ist.LoadG.details->cvt, &ty, &ty2);
                 seg->v[C_LOADS]++;
                 seg->v[C_LOAD_BYTES] += sizeofIRType(ty);
-                sample_access(out, st->Ist.LoadG.details->addr, 0, fn);
+                sample_access(out, st->Ist.LoadG.details->addr, 0, sizeofIRType(ty), fn);
             }
             addStmtToIRSB(out, st);
             break;
@@ -826,7 +912,7 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             if (seg) {
                 seg->v[C_STORES]++;
                 seg->v[C_STORE_BYTES] += sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.Store.data));
-                sample_access(out, st->Ist.Store.addr, 1, fn);
+                sample_access(out, st->Ist.Store.addr, 1, sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.Store.data)), fn);
             }
             addStmtToIRSB(out, st);
             break;
@@ -834,7 +920,8 @@ static IRSB *pm_instrument(VgCallbackClosure *closure, IRSB *sb, const VexGuestL
             if (seg) {
                 seg->v[C_STORES]++;
                 seg->v[C_STORE_BYTES] += sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.StoreG.details->data));
-                sample_access(out, st->Ist.StoreG.details->addr, 1, fn);
+                sample_access(out, st->Ist.StoreG.details->addr, 1,
+                              sizeofIRType(typeOfIRExpr(sb->tyenv, st->Ist.StoreG.details->data)), fn);
             }
             addStmtToIRSB(out, st);
             break;
@@ -965,7 +1052,7 @@ static void pm_fini(Int exitcode) {
     } h;
     VG_(memset)(&h, 0, sizeof h);
     VG_(memcpy)(h.magic, "PMACVGS1", 8);
-    h.version = 8; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
+    h.version = 9; h.n_counters = NC; h.hash_bits = HASH_BITS; h.threshold = (UInt)clo_threshold;
     h.fetch_threshold = (UInt)clo_fetch_threshold;
     h.pid = VG_(getpid)(); h.flags = flags;
     h.n_bursts = n_bursts; h.n_functions = n_fns; h.n_acc_words = acc_total; h.n_burst_functions = n_bf;
