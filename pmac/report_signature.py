@@ -24,6 +24,26 @@ from .units import format_quantity
 _P2P_SEND = frozenset(SEND_OPS - {Op.SEND_INIT}) | {Op.SENDRECV, Op.SENDRECV_REPLACE}
 
 
+
+def _alias_line(sig) -> str | None:
+    """'4 KiB aliasing: ...' for a memory signature that counts it (schema 9): the share of the
+    loads that alias a recent store, and the functions with most of them."""
+    b = sig.memory.get("bursts")
+    if b is None or "alias_loads" not in b.columns or not len(b) or (b["alias_loads"] < 0).any():
+        return None
+    loads, alias = int(b["loads"].sum()), int(b["alias_loads"].sum())
+    if loads <= 0:
+        return None
+    line = (f"  4 KiB aliasing: {alias / loads:.1%} of the loads share their low 12 address bits with a "
+            "recent store on another page (pmac_vg, sampled)")
+    f = sig.memory.get("functions")
+    if alias and f is not None and len(f):
+        top = f.groupby("function")[["alias_loads", "loads"]].sum()     # over the ranks
+        top = top[top["alias_loads"] > 0].sort_values("alias_loads", ascending=False).head(3)
+        line += "; most in " + ", ".join(f"{fn} ({r.alias_loads / max(r.loads, 1):.0%} of its loads)"
+                                        for fn, r in top.iterrows())
+    return line
+
 def op_table(sig: Signature) -> pd.DataFrame:
     """One row per operation present: ``op``, ``n_calls``, ``send_bytes``, ``recv_bytes``, ``time_s``."""
     ev = sig.events
@@ -178,6 +198,9 @@ def format_signature(sig: Signature) -> str:
                      "(its memory samples and buffer flushes)")
     mem = ", ".join(f"{k} {len(v)} rows" for k, v in sig.memory.items())
     lines.append(f"  memory signature: {mem if mem else 'none'}")
+    alias = _alias_line(sig)
+    if alias:
+        lines.append(alias)
 
     lines.append("")
     lines.append("operations:")

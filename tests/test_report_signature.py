@@ -151,3 +151,27 @@ def test_memory_columns(ring3):
     text = format_signature(sig)
     row0 = next(ln for ln in text.splitlines() if ln.split()[:2] == ["0", "8"])
     assert row0.split()[-3:] == ["3e+06", "6", "KiB"]
+
+
+def test_show_prints_the_share_of_loads_that_alias(ring3):
+    """A memory signature that counts 4 KiB aliasing (schema 9) gets a line: the share of all
+    loads, and the functions with most aliased loads and their own share; one that does not count
+    it (-1) gets none."""
+    import dataclasses
+
+    from pmac.memsig import BURSTS, FUNCTIONS
+
+    def mem(alias):
+        b = BURSTS.coerce(pd.DataFrame([{c: 0 for c in BURSTS.names} | dict(rank=0, seq=1, loads=800, alias_loads=alias,
+                                                                               sample_frac=1.0)]))
+        f = FUNCTIONS.coerce(pd.DataFrame([{c: 0 for c in FUNCTIONS.names} | dict(rank=r, function=fn, object="a.out",
+                                                                                   loads=ld, alias_loads=al)
+                                           for r, fn, ld, al in ((0, "sweep", 400, 200), (1, "sweep", 100, 0),
+                                                                 (0, "halo", 300, 0 if alias < 0 else 30))]))
+        return {"bursts": b, "functions": f}
+
+    text = format_signature(dataclasses.replace(ring3, memory=mem(230)))
+    line = [ln for ln in text.splitlines() if "4 KiB aliasing" in ln]
+    assert line == ["  4 KiB aliasing: 28.7% of the loads share their low 12 address bits with a recent store on "
+                    "another page (pmac_vg, sampled); most in sweep (40% of its loads), halo (10% of its loads)"]
+    assert "4 KiB aliasing" not in format_signature(dataclasses.replace(ring3, memory=mem(-1)))
