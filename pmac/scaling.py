@@ -20,6 +20,8 @@ second is what to trust an extrapolation by.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -173,8 +175,7 @@ def fit_many(p: Sequence[float], ys: np.ndarray, *, up_to: float | None = None) 
         i, j = hyps[pick[s]]
         c0, c1 = coef[pick[s], s]
         m = ScalingModel(c0=float(c0), c1=float(c1), exponent=i, log_exponent=j)
-        out.append(ScalingModel(c0=m.c0, c1=m.c1, exponent=i, log_exponent=j, smape_pct=_smape1(y, m(p)),
-                                loo_smape_pct=float(cv[s, pick[s]]), n_runs=n))
+        out.append(dataclasses.replace(m, smape_pct=_smape1(y, m(p)), loo_smape_pct=float(cv[s, pick[s]]), n_runs=n))
     return out
 
 
