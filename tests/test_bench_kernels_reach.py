@@ -129,3 +129,34 @@ def test_stencil_kernel_bad_arguments_and_a_small_run():
     assert len(rows) in (3, 5) and all(r[:4] == ["8", "rows", "(", "10"] for r in rows)
     assert [r[7:10] for r in rows[:3]] == [["chain", "v", "+32"], ["no", "chain", "v"], ["chain", "v", "+0"]]
     assert rows[0][-1] == "1.000" and all(float(r[-4]) > 0 for r in rows)   # median (minimum) ratio
+
+
+DEPTH = BENCH / "alias_depth"
+
+
+@pytest.mark.requires("mpi")
+def test_alias_depth_bad_arguments_and_a_small_run():
+    for args, msg in ((["--depths", "1,x"], "comma-separated whole numbers"),
+                      (["--depths", "512"], "--depths take 1 to 511")):
+        r = subprocess.run([sys.executable, str(DEPTH), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, str(DEPTH), "--depths", "1,2", "--sizes", "16", "--rounds", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines()[2:]]
+    assert [(int(x[0]), int(x[1])) for x in rows] == [(16, 512), (16, 1), (16, 2)]
+    assert rows[0][3] == "1.000" and all(float(x[2]) > 0 for x in rows)
+
+
+def test_alias_depth_places_v_at_the_phase_of_the_store_d_back():
+    """The kernel's v[i - d] and u[i] share their low 12 address bits and lie on other pages."""
+    import re
+
+    src = runpy.run_path(str(DEPTH), run_name="alias_depth")["SOURCE"]
+    m = re.search(r"\*v = buf \+ pages \* 512 \+ d;", src)
+    assert m and "v[i] = 0.5 * u[i] + 1.0;" in src
+    pages, n = 5, 2000                          # u: doubles 0..n-1; v = u + pages * 512 + d
+    for d in (1, 3, 8):
+        for i in (d, 700, n - 1):
+            u_addr, v_addr = 8 * i, 8 * (pages * 512 + d + i - d)
+            assert (u_addr - v_addr) % 4096 == 0 and u_addr // 4096 != v_addr // 4096
