@@ -281,7 +281,9 @@ def test_pmac_scale_errors(scaling_runs, capsys):
     assert main(["scale", str(scaling_runs[2]), str(scaling_runs[2]), str(scaling_runs[4])]) == 2
     assert "two signatures at 2 ranks" in capsys.readouterr().err
     assert main(["scale", *(str(scaling_runs[p]) for p in (1, 2, 4)), "--at", "lots"]) == 2
-    assert "--at: process counts as whole numbers" in capsys.readouterr().err
+    assert "--at 'lots': expected process counts like 1,2,4,8" in capsys.readouterr().err
+    assert main(["scale", *(str(scaling_runs[p]) for p in (1, 2, 4)), "--at", "16,0"]) == 2
+    assert "--at '16,0': expected distinct process counts >= 1" in capsys.readouterr().err
 
 
 def test_trace_scaling_refuses_a_launcher_and_bad_counts(capsys, tmp_path):

@@ -99,15 +99,9 @@ def counts_line(profile, measured, status: tuple[bool, str], timed: bool = False
 
 
 def _at(text: str | None, largest: int) -> list[int]:
-    if text is None:
-        return [8 * largest]
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"--at: process counts as whole numbers, comma-separated, not {text!r}") from None
-    if not out or min(out) < 1:
-        raise InputError(f"--at: process counts must be >= 1, got {text!r}")
-    return out
+    from .trace import scaling_counts
+
+    return [8 * largest] if text is None else scaling_counts(text, "--at")
 
 
 def _n(x: float) -> str:

@@ -139,16 +139,17 @@ def _run_scaling(args, argv: list[str], out) -> int:
     return status
 
 
-def scaling_counts(text: str) -> list[int]:
-    """``--scaling 1,2,4,8``: distinct process counts >= 1, in the order given."""
+def scaling_counts(text: str, option: str = "--scaling") -> list[int]:
+    """``--scaling 1,2,4,8`` (or another ``option``'s, as ``pmac scale --at``): distinct process
+    counts >= 1, in the order given; a one-line InputError naming the option otherwise."""
     from ..errors import InputError
 
     try:
         counts = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise InputError(f"--scaling {text!r}: expected process counts like 1,2,4,8") from None
+        raise InputError(f"{option} {text!r}: expected process counts like 1,2,4,8") from None
     if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
-        raise InputError(f"--scaling {text!r}: expected distinct process counts >= 1")
+        raise InputError(f"{option} {text!r}: expected distinct process counts >= 1")
     return counts
 
 
