@@ -16,6 +16,13 @@ REACH = BENCH / "scheduler_reach"
 OFFSET = BENCH / "array_offset"
 
 
+def _refuses(script: Path, *cases: tuple[list[str], str]) -> None:
+    """Each (arguments, message): the script exits 2 with the message on standard error, no traceback."""
+    for args, msg in cases:
+        r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
 def test_reach_kernel_source_and_its_operations():
     g = runpy.run_path(str(REACH), run_name="scheduler_reach")
     src = g["source"](2, 3)
@@ -46,10 +53,8 @@ def test_reach_reads_the_loop_up_to_its_jump_back():
 
 
 def test_reach_bad_arguments_are_one_line_and_a_small_run_prints_its_table():
-    for args, msg in ((["--depths", "a"], "comma-separated whole numbers"),
-                      (["--depths", "0"], "chains of 1 step or more")):
-        r = subprocess.run([sys.executable, str(REACH), *args], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+    _refuses(REACH, (["--depths", "a"], "comma-separated whole numbers"),
+             (["--depths", "0"], "chains of 1 step or more"))
     r = subprocess.run([sys.executable, str(REACH), "--depths", "1,8", "--fillers", "0", "--rounds", "1"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -75,8 +80,7 @@ def test_offset_rewrites_the_allocation_of_v_only():
 
 @pytest.mark.requires("mpi")
 def test_offset_bad_arguments_and_a_small_run():
-    r = subprocess.run([sys.executable, str(OFFSET), "--offsets", "x"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "comma-separated whole numbers" in r.stderr and "Traceback" not in r.stderr
+    _refuses(OFFSET, (["--offsets", "x"], "comma-separated whole numbers"))
     r = subprocess.run([sys.executable, str(OFFSET), "--n", "64", "--iters", "2", "--offsets", "8", "--rounds", "1"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -110,10 +114,8 @@ def test_stencil_kernel_is_the_examples_loop_with_and_without_its_chain():
 
 @pytest.mark.requires("mpi")
 def test_stencil_kernel_bad_arguments_and_a_small_run():
-    r = subprocess.run([sys.executable, str(KERNEL), "--rows", "8,x"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "comma-separated whole numbers" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, str(KERNEL), "--rows", "2"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "--rows and --cols take 3 or more" in r.stderr
+    _refuses(KERNEL, (["--rows", "8,x"], "comma-separated whole numbers"),
+             (["--rows", "2"], "--rows and --cols take 3 or more"))
     r = subprocess.run([sys.executable, str(KERNEL), "--rows", "8", "--cols", "62", "--rounds", "1", "--program", "16"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -136,10 +138,8 @@ DEPTH = BENCH / "alias_depth"
 
 @pytest.mark.requires("mpi")
 def test_alias_depth_bad_arguments_and_a_small_run():
-    for args, msg in ((["--depths", "1,x"], "comma-separated whole numbers"),
-                      (["--depths", "512"], "--depths take 1 to 511")):
-        r = subprocess.run([sys.executable, str(DEPTH), *args], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
+    _refuses(DEPTH, (["--depths", "1,x"], "comma-separated whole numbers"),
+             (["--depths", "512"], "--depths take 1 to 511"))
     r = subprocess.run([sys.executable, str(DEPTH), "--depths", "1,2", "--sizes", "16", "--rounds", "1"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
