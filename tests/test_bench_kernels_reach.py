@@ -23,6 +23,13 @@ def _refuses(script: Path, *cases: tuple[list[str], str]) -> None:
         assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
 
+def _lines(script: Path, *args: str) -> list[str]:
+    """The script's output lines for a small real run with ``args`` (it must exit 0)."""
+    r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
 def test_reach_kernel_source_and_its_operations():
     g = runpy.run_path(str(REACH), run_name="scheduler_reach")
     src = g["source"](2, 3)
@@ -55,10 +62,7 @@ def test_reach_reads_the_loop_up_to_its_jump_back():
 def test_reach_bad_arguments_are_one_line_and_a_small_run_prints_its_table():
     _refuses(REACH, (["--depths", "a"], "comma-separated whole numbers"),
              (["--depths", "0"], "chains of 1 step or more"))
-    r = subprocess.run([sys.executable, str(REACH), "--depths", "1,8", "--fillers", "0", "--rounds", "1"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
+    lines = _lines(REACH, "--depths", "1,8", "--fillers", "0", "--rounds", "1")
     assert lines[0].startswith("chain latency") and lines[1].split()[:3] == ["D", "F", "ops"]
     rows = {int(ln.split()[0]): [float(v) for v in ln.split()[1:]] for ln in lines[2:]}
     assert set(rows) == {1, 8} and rows[8][1] == 17 and rows[8][2] > 17   # the loop's instructions
@@ -81,10 +85,7 @@ def test_offset_rewrites_the_allocation_of_v_only():
 @pytest.mark.requires("mpi")
 def test_offset_bad_arguments_and_a_small_run():
     _refuses(OFFSET, (["--offsets", "x"], "comma-separated whole numbers"))
-    r = subprocess.run([sys.executable, str(OFFSET), "--n", "64", "--iters", "2", "--offsets", "8", "--rounds", "1"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
+    lines = _lines(OFFSET, "--n", "64", "--iters", "2", "--offsets", "8", "--rounds", "1")
     assert lines[0].startswith("stencil2d N=64 iters=2, 2 ranks")
     assert lines[1].split()[:2] == ["as", "shipped"] and "1.000 of as shipped" in lines[1]
     assert lines[2].split()[:3] == ["v", "+8", "doubles"]
@@ -116,10 +117,7 @@ def test_stencil_kernel_is_the_examples_loop_with_and_without_its_chain():
 def test_stencil_kernel_bad_arguments_and_a_small_run():
     _refuses(KERNEL, (["--rows", "8,x"], "comma-separated whole numbers"),
              (["--rows", "2"], "--rows and --cols take 3 or more"))
-    r = subprocess.run([sys.executable, str(KERNEL), "--rows", "8", "--cols", "62", "--rounds", "1", "--program", "16"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
+    lines = _lines(KERNEL, "--rows", "8", "--cols", "62", "--rounds", "1", "--program", "16")
     import re
 
     prog = lines.pop()     # the example itself: its time a point of a rank (mostly its calls, at N = 16)
@@ -140,10 +138,8 @@ DEPTH = BENCH / "alias_depth"
 def test_alias_depth_bad_arguments_and_a_small_run():
     _refuses(DEPTH, (["--depths", "1,x"], "comma-separated whole numbers"),
              (["--depths", "512"], "--depths take 1 to 511"))
-    r = subprocess.run([sys.executable, str(DEPTH), "--depths", "1,2", "--sizes", "16", "--rounds", "1"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    rows = [ln.split() for ln in r.stdout.splitlines()[2:]]
+    lines = _lines(DEPTH, "--depths", "1,2", "--sizes", "16", "--rounds", "1")
+    rows = [ln.split() for ln in lines[2:]]
     assert [(int(x[0]), int(x[1])) for x in rows] == [(16, 512), (16, 1), (16, 2)]
     assert rows[0][3] == "1.000" and all(float(x[2]) > 0 for x in rows)
 
