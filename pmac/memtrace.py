@@ -309,37 +309,38 @@ def _derived(c: np.ndarray) -> dict[str, np.ndarray]:
         miss = np.where(col["branches"] > 0, col["branch_misses"] / np.maximum(col["branches"], 1), np.nan)
     out = {k: col[k] for k in ("instructions", "loads", "stores", "load_bytes", "store_bytes", "fp_scalar",
                                "fp_128", "fp_256", "fp_512", "fp_divsqrt", "fp_recurrence",
-                               "fp_recurrence_mul", "fetches", "branches")}
+                               "fp_recurrence_mul", "fetches", "alias_loads", "branches")}   # alias: _pool_alias
     out["flop"] = col["flop"].astype(np.float64)
-    # the tool tests loads for 4 KiB aliasing in windows sampled in time: their share scaled to all
-    # the loads (bursts and their pairs come here pooled by function: _pool_alias)
-    seen = col["alias_seen"]
-    out["alias_loads"] = np.where(seen > 0, np.rint(col["loads"] * (col["alias_loads"] / np.maximum(seen, 1))),
-                                  0).astype(np.int64)
     out["dep_distance_mean"] = dep
     out["branch_miss_frac"] = miss
     return out
 
 
 def _pool_alias(o: ToolOutput) -> ToolOutput:
-    """``o`` with each burst's and (burst, function) pair's aliasing counters replaced by the
-    function's share over the whole run: aliased = loads x (the function's aliased / tested loads),
-    tested = loads. The tool's windows (a few hundred accesses every few ten thousand) miss most
-    short bursts and catch a long one a few times; whether a load aliases is a matter of the code
-    and where its arrays lie, which the iterations of a run share. A function no window saw has 0."""
-    if not len(o.burst_fn) or not len(o.functions):
-        return o
+    """``o`` with the aliasing counters of every function, (burst, function) pair and burst made
+    estimates of all their loads: aliased = loads x the function's share over the whole run (its
+    aliased / tested loads in the tool's windows), tested = loads. The windows (a few hundred
+    accesses every few ten thousand) miss most short bursts and catch a long one a few times;
+    whether a load aliases is a matter of the code and where its arrays lie, which the iterations
+    of a run share. A function no window saw has 0; a burst has the sum of its pairs'."""
     ia, iseen, il = (COUNTERS.index(k) for k in ("alias_loads", "alias_seen", "loads"))
     f = o.functions.astype(np.float64)
     share = np.where(f[:, iseen] > 0, f[:, ia] / np.maximum(f[:, iseen], 1.0), 0.0)
-    pairs = o.burst_fn_counts.copy()
-    est = np.rint(pairs[:, il].astype(np.float64) * share[o.burst_fn[:, 1]]).astype(np.uint64)
-    pairs[:, ia], pairs[:, iseen] = est, pairs[:, il]
+
+    def estimated(c: np.ndarray, s: np.ndarray) -> np.ndarray:
+        c = c.copy()
+        c[:, ia] = np.rint(c[:, il].astype(np.float64) * s).astype(np.uint64)
+        c[:, iseen] = c[:, il]
+        return c
+
+    functions = estimated(o.functions, share)
+    pairs = estimated(o.burst_fn_counts, share[o.burst_fn[:, 1]])
+    est = pairs[:, ia]
     bursts = o.bursts.copy()
     bursts[:, ia] = np.bincount(o.burst_fn[:, 0], weights=est.astype(np.float64),
                                 minlength=len(bursts))[:len(bursts)].round().astype(np.uint64)
     bursts[:, iseen] = bursts[:, il]
-    return dataclasses.replace(o, bursts=bursts, burst_fn_counts=pairs)
+    return dataclasses.replace(o, bursts=bursts, burst_fn_counts=pairs, functions=functions)
 
 
 def _function_counts(o: ToolOutput, keep: np.ndarray | None = None) -> pd.DataFrame:

@@ -24,7 +24,6 @@ from .units import format_quantity
 _P2P_SEND = frozenset(SEND_OPS - {Op.SEND_INIT}) | {Op.SENDRECV, Op.SENDRECV_REPLACE}
 
 
-
 def _alias_line(sig) -> str | None:
     """'4 KiB aliasing: ...' for a memory signature that counts it (schema 9): the share of the
     loads that alias a recent store, and the functions with most of them."""
@@ -43,6 +42,7 @@ def _alias_line(sig) -> str | None:
         line += "; most in " + ", ".join(f"{fn} ({r.alias_loads / max(r.loads, 1):.0%} of its loads)"
                                         for fn, r in top.iterrows())
     return line
+
 
 def op_table(sig: Signature) -> pd.DataFrame:
     """One row per operation present: ``op``, ``n_calls``, ``send_bytes``, ``recv_bytes``, ``time_s``."""
