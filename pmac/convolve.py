@@ -158,6 +158,33 @@ runs is not this.
 **Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
 perfect overlap, ``beta = 1`` none. ``beta`` belongs to the machine (pmac.overlap calibrates it).
 
+**4 KiB aliasing.** A burst's ``alias_loads`` (pmac_vg: loads whose bytes share their low 12
+address bits with one of the last 8 stores', on another page; signature version 9) each stall
+the aliasing probe's price (``node.alias``, probes/alias.py, profile schema 18), added after the
+overlap: ``t += alias_loads * (sum_L w_L * a_L + (1 - sum_L w_L) * a_1)``. ``a_L`` is the probe's
+stall an aliased load of its loop (``v[i] = 0.5 * u[i] + 1.0``, ``v[i - 1]`` at ``u[i]``'s 4 KiB
+phase) with its arrays in level L (memory last), on one core, or on all cores at once where more
+than one rank is busy on the node (``MachineCoeffs.alias_stall_s``); ``w_L`` is the share of the
+burst's store bytes whose lines level L (or memory) brings, as the convolver counts lines above
+(capped: the shares sum to at most 1), the rest at L1's price. Why the stores' level: a load that
+matches a store in the store buffer waits for it, and how long stores sit there depends on where
+their lines come from. On a Cascade Lake VM (28 Nov 2026, the ten passes of ``pmac probe
+--add-alias machines/clx-vm.yaml --rounds 10 --gap 50``, one core) the same loop lost 0.11-0.26 ns
+an aliased load with its arrays in L3 and 0.003-0.23 ns in L1, more in L3 in every pass, though in
+both most of its loads hit L1. So the probe's loop is priced at what it measured (``w_L = 1`` at its
+own level), and stencil2d's update loop, whose stores stream from L3 and two of whose five loads
+alias a store one or two back, at the L3 figure. Pricing each aliased load by the level that serves
+*it* (the loads' hit fractions, with the probe's L1 hits taken apart) was tried first, and chosen
+against after seeing what each did to stencil2d-n2-1024 on the 17:16 run of that day: -26 % to -23 %
+that way, to -6 % this way (``bench/accuracy --measured``, bench/results/README.md); the fresh runs
+since are the test of it. Why after the overlap: the probe loop's stall adds to a memory-bound
+loop's time, and stencil2d's chain-bound loop paid it too (bench/stencil_kernel: the arrays at one
+4 KiB phase cost 9-24 % beside the same loop 32 doubles apart). What it does not capture: how far
+back the store is (pmac_vg counts up to 8; the probe measures 1; bench/alias_depth saw the cost fade
+by about 8), and a shared host's state: the L3 stall ranged 0.16-0.32 ns with both cores busy over
+those ten passes, 0.72 in a pass ten minutes before, so ``--rounds K --gap S`` pools K passes over a
+span. Signatures before version 9 (-1) and profiles without ``node.alias`` have no term.
+
 The hot loop is one numba function over plain arrays: chunks of bursts in parallel, machines
 inside a chunk, and per machine simple loops over the chunk's bursts (contiguous, vectorised).
 This module never touches files.
@@ -176,7 +203,7 @@ from .capacity import capacity_ratios, is_data_level
 from .errors import MissingSectionError
 from .memsig import (ACCESS_FETCH, ACCESS_LOAD, ACCESS_STORE, COLD_BIN, N_REUSE_BINS,
                      REUSE_BIN_EDGES_LINES)
-from .profile import MachineProfile
+from .profile import AliasModel, MachineProfile
 
 #: overlap model kinds the convolver knows
 OVERLAP_KINDS = ("max_beta_min",)
@@ -242,6 +269,8 @@ class BurstArrays:
     #: ``fetch_cum[l, b, k]``: ``1 - misses / fetches`` at the capacity points of ``cum``, the misses
     #: counted from the sampled fetches (None with ``fetches``)
     fetch_cum: np.ndarray | None = None
+    #: loads that 4 KiB-alias one of the last stores (pmac_vg, signature version 9); None: not counted
+    alias_loads: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.rank)
@@ -250,7 +279,8 @@ class BurstArrays:
                          ("recurrence",) if self.recurrence is not None else ()) + (
                          ("recurrence_mul",) if self.recurrence_mul is not None else ()) + (
                          ("fma_scalar",) if self.fma_scalar is not None else ()) + (
-                         ("fetches",) if self.fetches is not None else ()):
+                         ("fetches",) if self.fetches is not None else ()) + (
+                         ("alias_loads",) if self.alias_loads is not None else ()):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"BurstArrays.{name} has {len(getattr(self, name))} entries, expected {n}")
         if self.cum.ndim != 4 or self.cum.shape[:3] != (len(self.line_bytes), 2, n):
@@ -367,13 +397,16 @@ def burst_arrays(memory: dict[str, pd.DataFrame], *, line_sizes: Sequence[int] |
     if (recurrence is not None and "fp_recurrence_mul" in bursts.columns
             and (bursts["fp_recurrence_mul"].to_numpy() >= 0).all()):
         recurrence_mul = np.minimum(bursts["fp_recurrence_mul"].to_numpy(np.float64), recurrence)
+    alias = None   # not counted before signature version 9 (-1)
+    if "alias_loads" in bursts.columns and (bursts["alias_loads"].to_numpy() >= 0).all():
+        alias = np.minimum(bursts["alias_loads"].to_numpy(np.float64), loads)
     return BurstArrays(
         rank=bursts["rank"].to_numpy(np.int32), seq=bursts["seq"].to_numpy(np.int64),
         load_bytes=lb, store_bytes=sb, loads=loads, stores=stores,
         flop_scalar=flop_s, flop_simd=flop_v, branches=bursts["branches"].to_numpy(np.float64),
         dep_distance_mean=dep, branch_miss_frac=bmiss, line_bytes=line_sizes, cum=cum,
         n_borrowed_hist=int(borrowed.sum()), unsampled=unsampled, divsqrt=divsqrt, recurrence=recurrence,
-        recurrence_mul=recurrence_mul, fma_scalar=fma_s, fetches=fetches, fetch_cum=fetch_cum)
+        recurrence_mul=recurrence_mul, fma_scalar=fma_s, fetches=fetches, fetch_cum=fetch_cum, alias_loads=alias)
 
 
 def event_bursts(ba: BurstArrays, events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -431,6 +464,9 @@ class MachineCoeffs:
     l1i_capacity_lines: float = 0.0
     l1i_line_bytes: int = 64
     fetch_miss_s: float | None = None
+    #: the stall of a 4 KiB-aliased load in a loop whose stores stream from each level, then from
+    #: memory (len = levels + 1; node.alias, probes/alias.py, at the active cores); empty: not priced
+    alias_stall_s: tuple[float, ...] = ()
     beta: float = DEFAULT_BETA
     active_cores: int = 1
     #: per level, the capacities (lines, cumulative) of its equally weighted copies read off the
@@ -451,6 +487,8 @@ class MachineCoeffs:
             raise ValueError("MachineCoeffs: bandwidths must be positive")
         if not 0.0 <= self.beta <= 1.0:
             raise ValueError(f"MachineCoeffs: beta must be in [0, 1], got {self.beta}")
+        if self.alias_stall_s and (len(self.alias_stall_s) != n + 1 or min(self.alias_stall_s) < 0):
+            raise ValueError("MachineCoeffs: alias_stall_s needs one stall >= 0 per level plus memory")
 
     def quantile_lines(self, level: int) -> tuple[float, ...]:
         """The capacities of level ``level``'s copies (one, the nominal, without a distribution)."""
@@ -486,6 +524,18 @@ DEPENDENCY_SLOWDOWN = False
 #: capacities as distributions read off the load curves (pmac.capacity) by default? (no: on the
 #: Xeon VM it helped pooled profiles and hurt single probes, see pmac.capacity)
 SOFT_CAPACITY = False
+
+
+def alias_stalls(model: AliasModel, names: Sequence[str], active_cores: int = 1) -> tuple[float, ...]:
+    """The stall of a 4 KiB-aliased load in a loop whose stores stream from each data level
+    ``names``, then from memory (the aliasing probe's, module docstring), with ``active_cores``
+    busy. A level the probe did not measure (a what-if copy's added level) takes the next one out's;
+    memory unmeasured: 0."""
+    a = [model.stall_at(x, active_cores) for x in names] + [model.stall_at("memory", active_cores)]
+    for i in range(len(a) - 1, -1, -1):
+        if a[i] is None:
+            a[i] = a[i + 1] if i + 1 < len(a) and a[i + 1] is not None else 0.0
+    return tuple(float(x) for x in a)
 
 
 def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: float | None = None,
@@ -555,6 +605,7 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         l1i_line = node.fetch.l1i_line_bytes
         l1i_lines = node.fetch.l1i_size_bytes / l1i_line
         fetch_miss = node.fetch.miss_s
+    alias = alias_stalls(node.alias, names, active) if node.alias is not None else ()
     if beta is None:
         ov = profile.overlap
         if ov is not None and ov.kind in OVERLAP_KINDS and "beta" in ov.params:
@@ -571,7 +622,7 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         divsqrt_per_s=comp.divsqrt_per_s, chain_op_s=chain, chain_add_s=comp.chain_add_s,
         chain_mul_s=comp.chain_mul_s, divider_beta=float(comp.divider_beta or 0.0),
         l1i_capacity_lines=l1i_lines, l1i_line_bytes=l1i_line,
-        fetch_miss_s=fetch_miss, beta=float(beta), active_cores=active,
+        fetch_miss_s=fetch_miss, alias_stall_s=alias, beta=float(beta), active_cores=active,
         capacity_quantile_lines=quantiles, notes=tuple(notes))
 
 
@@ -614,14 +665,18 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, fma_s, 
             bmiss, cap_line, cap_edge, cap_frac, lev_q, n_q, line_b, inv_bl, inv_bs, inv_bc, inv_fs, inv_fv, fma_x, inv_dv, dv_beta,
             t_add, t_mul,
             dep_y0, dep_x, dep_iw, dep_dy, br_y0, br_x, br_iw, br_dy, br_knots, br_yv, beta, chunk,
-            out_t, out_m, out_c, detail, fetches, fetch_cum, f_line, f_edge, f_frac, f_miss, has_fetch):
+            out_t, out_m, out_c, detail, fetches, fetch_cum, f_line, f_edge, f_frac, f_miss, has_fetch,
+            alias, al_st, has_alias, out_a):
     """Chunks of bursts in parallel; in a chunk, the hit fraction of every distinct capacity point
     as a vector over the chunk's bursts, then per machine simple loops over those bursts
     (contiguous, vectorised) writing the machine's row ``out_t[p, b0:b1]``. Machine arrays are
     (X, machine); a level's hit fraction is the mean over its capacity points ``lev_q[L,
     :n_q[L, p], p]``; levels are padded (a padded level repeats the previous points), curves
     are sums of clamped segments. With ``has_fetch``, a machine with ``f_miss > 0`` adds its L1i
-    misses (``fetches * (1 - F_fetch(L1i))``) at ``f_miss`` each to the compute time."""
+    misses (``fetches * (1 - F_fetch(L1i))``) at ``f_miss`` each to the compute time. With
+    ``has_alias``, each of a burst's ``alias`` loads stalls ``al_st[L, p]`` weighted by the share of
+    the burst's store bytes whose lines level L brings (memory: ``L = n_l``; the rest at L = 0),
+    added after the overlap."""
     n_b = load_bytes.shape[0]
     n_p = beta.shape[0]
     n_k = cap_line.shape[0]
@@ -684,6 +739,12 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, fma_s, 
         cost = np.empty(m)
         tdv = np.empty(m)
         tch = np.empty(m)
+        sal = np.zeros(m)
+        tal = np.zeros(m)
+        isb = np.zeros(m)      # 1 / store bytes (0 without stores: no share, branch-free loops)
+        if has_alias:
+            for j in range(m):
+                isb[j] = 1.0 / store_bytes[b0 + j] if store_bytes[b0 + j] > 0.0 else 0.0
         for p in range(n_p):
             if n_l > 0:
                 _mean_hits(hlp, hl_k, lev_q, n_q, 0, p)
@@ -691,6 +752,9 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, fma_s, 
             else:
                 hlp[:] = 0.0
                 hsp[:] = 0.0
+            if has_alias:
+                sal[:] = 0.0    # the stores' share streamed from beyond the first level so far
+                tal[:] = 0.0    # and the stall it prices
             tm[:] = 0.0
             mvl[:] = 0.0
             mvs[:] = 0.0
@@ -700,6 +764,13 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, fma_s, 
                 lbl = line_b[L, p]
                 ibl = inv_bl[L, p]
                 ibs = inv_bs[L, p]
+                if has_alias:
+                    # the share of the stores' bytes whose lines this level brings (below)
+                    al = al_st[L, p]
+                    for j in range(m):
+                        w = min(ns[j] * (max(hsc[j], hsp[j]) - hsp[j]) * lbl * isb[j], 1.0 - sal[j])
+                        tal[j] += w * al
+                        sal[j] += w
                 for j in range(m):
                     hl = max(hlc[j], hlp[j])
                     hs = max(hsc[j], hsp[j])
@@ -718,6 +789,18 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, fma_s, 
             ibs0 = inv_bs[0, p]
             ibcm = inv_bc[p]
             has_levels = n_l > 0
+            if has_alias:
+                # a loop's aliased loads stall as the probe's loop streaming its stores from where
+                # this burst's stores stream (module docstring): by the share of its store bytes
+                # whose lines each level (and memory) brings, the rest at the first level's stall
+                alm, al0 = al_st[n_l, p], al_st[0, p]
+                if has_levels:
+                    for j in range(m):
+                        w = min(ns[j] * (1.0 - hsp[j]) * lbm * isb[j], 1.0 - sal[j])
+                        sal[j] = alias[b0 + j] * (tal[j] + w * alm + max(1.0 - sal[j] - w, 0.0) * al0)
+                else:
+                    for j in range(m):
+                        sal[j] = alias[b0 + j] * alm
             for j in range(m):
                 ml = nl[j] * (1.0 - hlp[j]) * lbm if has_levels else 0.0
                 ms = ns[j] * (1.0 - hsp[j]) * lbm if has_levels else 0.0
@@ -778,10 +861,11 @@ def _kernel(cum, load_bytes, store_bytes, loads, stores, flop_s, flop_v, fma_s, 
                 to = max(tf[j] * sl + brb[j] * c_0, tch[j])
                 tc = max(tdv[j], to) + dvb * min(tdv[j], to) + cost[j]
                 t_m = tm[j]
-                out_t[p, b0 + j] = max(t_m, tc) + bet * min(t_m, tc)
+                out_t[p, b0 + j] = max(t_m, tc) + bet * min(t_m, tc) + sal[j]
                 if detail:
                     out_m[p, b0 + j] = t_m
                     out_c[p, b0 + j] = tc
+                    out_a[p, b0 + j] = sal[j]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -792,6 +876,8 @@ class ConvolveResult:
     time_s: np.ndarray
     memory_s: np.ndarray | None = None
     compute_s: np.ndarray | None = None
+    #: the stalls of 4 KiB-aliased loads, added after the overlap (zeros where not priced)
+    alias_s: np.ndarray | None = None
 
 
 def _segments(xs: Sequence[float], ys: Sequence[float], empty_value: float, n_seg: int):
@@ -830,7 +916,7 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
              dep_y0=np.zeros(n_p), dep_x=np.zeros((n_d, n_p)), dep_iw=np.zeros((n_d, n_p)), dep_dy=np.zeros((n_d, n_p)),
              br_y0=np.zeros(n_p), br_x=np.zeros((n_r, n_p)), br_iw=np.zeros((n_r, n_p)), br_dy=np.zeros((n_r, n_p)),
              beta=np.zeros(n_p), f_line=np.zeros(n_p, np.int64), f_edge=np.zeros(n_p, np.int64),
-             f_frac=np.zeros(n_p), f_miss=np.zeros(n_p))
+             f_frac=np.zeros(n_p), f_miss=np.zeros(n_p), al_st=np.zeros((n_l + 1, n_p)))
     for p, m in enumerate(machines):
         nl = len(m.level_names)
         for L in range(n_l):
@@ -868,6 +954,9 @@ def pack_machines(machines: Sequence[MachineCoeffs], line_bytes: Sequence[int]) 
         a["br_y0"][p], a["br_x"][:, p], a["br_iw"][:, p], a["br_dy"][:, p] = _segments(
             m.branch_miss_frac, m.branch_cost_s, 0.0, n_r)
         a["beta"][p] = m.beta
+        if m.alias_stall_s:
+            a["al_st"][:nl, p] = m.alias_stall_s[:nl]
+            a["al_st"][n_l, p] = m.alias_stall_s[nl]
         if m.fetch_miss_s is not None and m.l1i_capacity_lines > 0:
             li = int(np.argmin(np.abs(np.log2(lb) - np.log2(m.l1i_line_bytes))))
             cap = m.l1i_capacity_lines * m.l1i_line_bytes / lb[li]
@@ -925,6 +1014,9 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
         raise ValueError("convolve: an instruction cache is larger than the cumulative histograms cover")
     fetches = bursts.fetches if has_fetch else np.zeros(1)
     fetch_cum = bursts.fetch_cum if has_fetch else np.zeros((1, 1, 2), bursts.cum.dtype)
+    has_alias = bursts.alias_loads is not None and bool(a["al_st"].any())
+    alias = bursts.alias_loads if has_alias else np.zeros(1)
+    out_a = np.zeros((n_p, n_b)) if detail else np.empty((1, 1))
     _kernel(bursts.cum, bursts.load_bytes, bursts.store_bytes, bursts.loads, bursts.stores,
             bursts.flop_scalar, bursts.flop_simd, fma, divsqrt, recur, recur_mul,
             bursts.branches, bursts.dep_distance_mean, bursts.branch_miss_frac,
@@ -932,9 +1024,10 @@ def convolve(bursts: BurstArrays, machines: Sequence[MachineCoeffs], *, detail: 
             a["inv_fs"], a["inv_fv"], a["fma_extra"], a["inv_dv"], a["dv_beta"], t_add, t_mul, a["dep_y0"], a["dep_x"], a["dep_iw"], a["dep_dy"],
             a["br_y0"], a["br_x"], a["br_iw"], a["br_dy"], a["br_knots"], a["br_yv"], a["beta"], max(int(chunk), 1),
             out_t, out_m, out_c, detail, fetches, fetch_cum, a["f_line"], a["f_edge"], a["f_frac"], a["f_miss"],
-            has_fetch)
+            has_fetch, alias, a["al_st"], has_alias, out_a)
     return ConvolveResult(machines=tuple(m.name for m in machines), time_s=out_t,
-                          memory_s=out_m if detail else None, compute_s=out_c if detail else None)
+                          memory_s=out_m if detail else None, compute_s=out_c if detail else None,
+                          alias_s=out_a if detail else None)
 
 
 def combine_overlap(memory_s: np.ndarray, compute_s: np.ndarray, beta: float) -> np.ndarray:

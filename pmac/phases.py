@@ -18,7 +18,8 @@ For a burst with function rows:
   fetches beyond the capacity, scaled, over its fetches: pmac.convolve), so a function none of
   whose code is in the sample has none, as a burst with none has none; only the OTHER_FUNCTIONS
   row takes its burst's rate;
-- ``t_b = sum_f max(m_f, c_f) + beta * min(m_f, c_f)``.
+- ``t_b = sum_f max(m_f, c_f) + beta * min(m_f, c_f) + a_f``, ``a_f`` the stalls of the function's
+  4 KiB-aliased loads in the burst at its own hit rates (pmac.convolve: after the overlap).
 
 Bursts without rows (one function; signatures before version 4) are convolved as one.
 """
@@ -103,10 +104,10 @@ def phases_of(memory: dict[str, pd.DataFrame], ba: BurstArrays) -> Phases | None
 
 
 def phase_split(ba: BurstArrays, phases: Phases, machines: Sequence[MachineCoeffs]
-                ) -> tuple[ConvolveResult, np.ndarray, np.ndarray]:
-    """(the bursts convolved whole, memory and compute seconds of each (burst, function) row per
-    machine): a burst's own memory time split among its rows as each row's memory time priced
-    alone says, each row's compute from its own counters (module docstring)."""
+                ) -> tuple[ConvolveResult, np.ndarray, np.ndarray, np.ndarray]:
+    """(the bursts convolved whole, memory, compute and aliasing-stall seconds of each (burst,
+    function) row per machine): a burst's own memory time split among its rows as each row's memory
+    time priced alone says, each row's compute and stalls from its own counters (module docstring)."""
     res = convolve(ba, machines, detail=True)
     rr = convolve(phases.rows, machines, detail=True)
     n_p, n_b = res.memory_s.shape
@@ -121,31 +122,35 @@ def phase_split(ba: BurstArrays, phases: Phases, machines: Sequence[MachineCoeff
     even = np.where(size_tot > 0, size / np.where(size_tot > 0, size_tot, 1.0), 1.0 / count[b])
     t = tot[:, b]
     share = np.where(t > 0, raw / np.where(t > 0, t, 1.0), even[None, :])
-    return res, res.memory_s[:, b] * share, rr.compute_s
+    return res, res.memory_s[:, b] * share, rr.compute_s, rr.alias_s
 
 
 def convolve_phases(ba: BurstArrays, phases: Phases | None, machines: Sequence[MachineCoeffs]
                     ) -> tuple[ConvolveResult, np.ndarray, np.ndarray]:
-    """(result, sum of max(m, c), sum of min(m, c)) per machine and burst: ``convolve`` of the
-    bursts, those with function rows priced phase by phase (module docstring). The result's
-    ``compute_s`` of such a burst is the sum over its functions, ``memory_s`` its own."""
+    """(result, sum of max(m, c) plus the aliasing stalls, sum of min(m, c)) per machine and burst:
+    ``convolve`` of the bursts, those with function rows priced phase by phase (module docstring),
+    so that ``time = max + beta * min`` (pmac.overlap fits beta on it). The result's ``compute_s``
+    and ``alias_s`` of such a burst are the sums over its functions, ``memory_s`` its own."""
     if phases is None:
         res = convolve(ba, machines, detail=True)
         m, c = res.memory_s, res.compute_s
-        return res, np.maximum(m, c), np.minimum(m, c)
-    res, m_rows, c_rows = phase_split(ba, phases, machines)
+        return res, np.maximum(m, c) + res.alias_s, np.minimum(m, c)
+    res, m_rows, c_rows, a_rows = phase_split(ba, phases, machines)
     m, c = res.memory_s, res.compute_s
-    mx, mn = np.maximum(m, c), np.minimum(m, c)
+    mx, mn = np.maximum(m, c) + res.alias_s, np.minimum(m, c)
     n_p, n_b = m.shape
     b = phases.burst
     count = np.bincount(b, minlength=n_b)
     beta = np.array([mc.beta for mc in machines])[:, None]
     has = count > 0
     compute_s = c.copy()
+    alias_s = res.alias_s.copy()
     for p in range(n_p):
-        sx = np.bincount(b, weights=np.maximum(m_rows[p], c_rows[p]), minlength=n_b)
+        sa = np.bincount(b, weights=a_rows[p], minlength=n_b)
+        sx = np.bincount(b, weights=np.maximum(m_rows[p], c_rows[p]), minlength=n_b) + sa
         sn = np.bincount(b, weights=np.minimum(m_rows[p], c_rows[p]), minlength=n_b)
         mx[p, has], mn[p, has] = sx[has], sn[has]
         compute_s[p, has] = np.bincount(b, weights=c_rows[p], minlength=n_b)[has]
+        alias_s[p, has] = sa[has]
     time_s = np.where(has[None, :], mx + beta * mn, res.time_s)
-    return dataclasses.replace(res, time_s=time_s, compute_s=compute_s), mx, mn
+    return dataclasses.replace(res, time_s=time_s, compute_s=compute_s, alias_s=alias_s), mx, mn

@@ -12,7 +12,7 @@ the median of its fastest few repetitions (the probe's stop rule, ``best``). Two
   time for seconds to minutes, longer than a run, an n-rank run takes as long as its slowest rank,
   and the median of the slowest of n independent cores is each core's 0.5 ** (1 / n) quantile
   (0.71 for two ranks). Node (bandwidth and latency curves, cache levels and plateaus,
-  compute rates, instruction-fetch model), overlap model (its probe points at the same statistic)
+  compute rates, instruction-fetch and aliasing models), overlap model (its probe points at the same statistic)
   and network (links, overheads and collectives: at the lower quartile for ``best``, pmac probe's
   own rule there, and at the statistic's quantile otherwise, :func:`network_quantile_of`).
   An overlap model calibrated on applications' bursts too (bench/calibrate_overlap) is kept: the
@@ -52,17 +52,20 @@ def describe(statistic: str | float) -> str:
 def pool_raw(raws: Sequence[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
     """The raw tables of several probes as one: each table concatenated, and each point's
     repetitions numbered again (0, 1, ...) in the order of ``raws`` (a point is a row's values
-    except ``rep`` and the measured value, the table's last column). Tables only some probes
+    except ``rep`` and the measured value, the table's last column; the noise probe's chunks and
+    the aliasing probe's rounds numbered on from one probe to the next). Tables only some probes
     have are pooled from those."""
     out: dict[str, pd.DataFrame] = {}
     names = list(dict.fromkeys(k for r in raws for k in r))
     for name in names:
-        if name == "noise":     # a series, not repetitions: the chunks follow one another
+        if name in ("noise", "alias"):
+            # noise: a series, the chunks follow one another; alias: a round pairs its placements
+            col = "chunk" if name == "noise" else "round"
             frames, k = [], 0
             for r in raws:
                 if r.get(name) is not None and len(r[name]):
-                    frames.append(r[name].assign(chunk=r[name]["chunk"] + k))
-                    k = int(frames[-1]["chunk"].max()) + 1
+                    frames.append(r[name].assign(**{col: r[name][col] + k}))
+                    k = int(frames[-1][col].max()) + 1
             if frames:
                 out[name] = RAW_TABLES[name].coerce(pd.concat(frames, ignore_index=True))
             continue
@@ -125,9 +128,13 @@ def refit(profile: MachineProfile, raw: dict[str, pd.DataFrame], *, statistic: s
     if raw.get("noise") is not None and len(raw["noise"]):
         from .noise import WINDOW_S, fit as fit_noise
         noise = fit_noise(raw["noise"], statistic=statistic, window_s=noise.window_s if noise else WINDOW_S)
+    alias = node.alias
+    if raw.get("alias") is not None and len(raw["alias"]):
+        from .probe import alias_model
+        alias = alias_model(raw["alias"], statistic) or alias
     out = dataclasses.replace(profile, node=dataclasses.replace(
         node, caches=fit.caches, memory=fit.memory, compute=comp, fetch=fetch, bandwidth_curves=tuple(curves),
-        latency_curve=latency, noise=noise))
+        latency_curve=latency, noise=noise, alias=alias))
     probe_only = profile.overlap is None or all(k.startswith("probe:") for k in profile.overlap.calibrated_on)
     if raw.get("overlap") is not None and len(raw["overlap"]) and probe_only:
         from .overlap import calibrate, samples_from_probe

@@ -5,7 +5,8 @@ much: the convolver prices each burst's functions one after another (pmac.phases
 function's share of a burst is known. Per machine and function, summed over every rank and every
 burst the replay uses (a rank without a memory trace counts the bursts it borrows):
 
-- ``time_s``: its convolved time, ``max(m, c) + beta * min(m, c)`` per (burst, function) row with
+- ``time_s``: its convolved time, ``max(m, c) + beta * min(m, c) + a`` per (burst, function) row
+  (``a``: its 4 KiB-aliased loads' stalls, pmac.convolve) with
   ``memory_s`` = m and ``compute_s`` = c summed beside it (a burst's rows sum to its time as
   ``pmac predict`` replays it, before pollution and noise, which belong to the calls);
 - ``bound``: ``memory`` when its memory time exceeds its compute time over the run, else ``compute``;
@@ -65,7 +66,7 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
                            minlength=ba.n_bursts)
     # rows: the phases' (burst, function) rows, then one row per burst without any
     if ph is not None:
-        res, m_rows, c_rows = phase_split(ba, ph, ms)
+        res, m_rows, c_rows, a_rows = phase_split(ba, ph, ms)
         row_b = ph.burst
         row_f = ph.function.astype(object)
         counters = mem["burst_functions"].set_index(["rank", "seq", "function"])
@@ -77,7 +78,7 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
         alone = np.setdiff1d(np.arange(ba.n_bursts), row_b)
     else:
         res = convolve(ba, ms, detail=True)
-        m_rows = c_rows = np.zeros((len(ms), 0))
+        m_rows = c_rows = a_rows = np.zeros((len(ms), 0))
         row_b = np.zeros(0, np.int64)
         row_f = np.zeros(0, object)
         r_ins = r_bytes = r_flop = np.zeros(0)
@@ -94,7 +95,7 @@ def function_times(sig: Signature, profiles: Sequence[MachineProfile], *, ranks_
     for k, (p, mc) in enumerate(zip(profiles, ms)):
         m = np.concatenate([m_rows[k], res.memory_s[k, alone]])
         c = np.concatenate([c_rows[k], res.compute_s[k, alone]])
-        t = np.maximum(m, c) + mc.beta * np.minimum(m, c)
+        t = np.maximum(m, c) + mc.beta * np.minimum(m, c) + np.concatenate([a_rows[k], res.alias_s[k, alone]])
         t_burst = np.bincount(all_b, weights=t, minlength=ba.n_bursts)
         frac = np.where(t_burst[all_b] > 0, t / np.where(t_burst[all_b] > 0, t_burst[all_b], 1.0), 0.0)
         df = pd.DataFrame({

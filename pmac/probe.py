@@ -32,7 +32,7 @@ import pandas as pd
 from .errors import InputError, PmacError, ProbeError, ToolMissingError
 from .fit import at_slow_quantile, curves_from_raw, fit_node, latency_from_raw, os_caches
 from .noise import fit as fit_noise
-from .profile import RAW_TABLES, ComputeModel, FetchModel, MachineProfile, NodeModel, check_machine_name, save_profile
+from .profile import RAW_TABLES, AliasModel, ComputeModel, FetchModel, MachineProfile, NodeModel, check_machine_name, save_profile
 from .schema import cpu_model, ensure_folder, new_file_mode, provenance, sha256_file
 from .table import save_tables
 
@@ -40,7 +40,7 @@ Progress = Callable[[float, str], None]
 
 #: share of the progress bar per phase
 _PHASES = {"memory": (0.0, 0.62), "compute": (0.62, 0.68), "overlap": (0.68, 0.71), "fetch": (0.71, 0.72),
-           "network": (0.72, 1.0)}
+           "alias": (0.72, 0.73), "network": (0.73, 1.0)}
 
 
 def clock_hz() -> float | None:
@@ -258,6 +258,52 @@ def measure_fetch(*, quick: bool, progress: Progress | None = None
     return model, raw, warnings, details
 
 
+def alias_model(rows: pd.DataFrame, statistic: str = "best") -> AliasModel | None:
+    """AliasModel from the raw ``alias`` table (probes/alias.py): per level and core count, the
+    median over the rounds of aliased / apart - 1 times the apart time at ``statistic`` (the
+    fastest rounds' for ``best``, else the median; probes.alias.stalls). None without one-core rows."""
+    from probes import alias as pa
+
+    if rows is None or not len(rows):
+        return None
+    st = pa.stalls(rows.to_dict("records"), statistic)
+    ws = rows.groupby(["level", "n_cores"], sort=False)["working_set_bytes"].first()
+    one = [lv for lv, c in st if c == 1]
+    if not one:
+        return None
+    n_all = max(c for _, c in st)
+    allc = [lv for lv, c in st if c == n_all] if n_all > 1 else []
+    if allc != one:
+        allc = []   # all cores not measured at every level: not used
+    return AliasModel(levels=tuple(one), working_set_bytes=tuple(int(ws[(lv, 1)]) for lv in one),
+                      stall_s=tuple(float(st[(lv, 1)]) for lv in one), n_cores_all=n_all if allc else 1,
+                      working_set_allcores_bytes=tuple(int(ws[(lv, n_all)]) for lv in allc),
+                      stall_allcores_s=tuple(float(st[(lv, n_all)]) for lv in allc))
+
+
+def measure_alias(caches, *, quick: bool, progress: Progress | None = None, passes: int = 1, gap_s: float = 0.0,
+                  statistic: str = "best") -> tuple[AliasModel | None, pd.DataFrame | None]:
+    """The 4 KiB-aliasing probe at a working set in each data cache level of ``caches``
+    (CacheLevel, smallest first) and in memory, on one core and on all: (model, raw table).
+    ``passes``: run it that many times, ``gap_s`` apart, the rounds of all pooled (numbered on)."""
+    from probes import alias as pa
+    from .capacity import is_data_level
+
+    levels = [(c.name, int(c.size_bytes), int(c.shared_by_cores)) for c in caches if is_data_level(c.name)]
+    tables = []
+    sub = _sub(progress, "alias")
+    for k in range(max(int(passes), 1)):
+        if k:
+            time.sleep(max(float(gap_s), 0.0))
+        res = pa.run(levels, quick=quick, progress=lambda f, msg, k=k: sub((k + f) / max(int(passes), 1),
+                                                                          f"pass {k + 1}: {msg}"))
+        t = pd.DataFrame(res["rows"])
+        t["round"] += sum(len(x["round"].unique()) for x in tables)
+        tables.append(t)
+    raw = RAW_TABLES["alias"].coerce(pd.concat(tables, ignore_index=True))
+    return alias_model(raw, statistic), raw
+
+
 def measure_node(*, quick: bool, progress: Progress | None = None, memory_params=None):
     """Run the memory and compute probes. Returns (NodeModel, raw tables, warnings, details)."""
     from probes import compute as pc
@@ -311,12 +357,13 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         raw["fetch"] = fetch_raw
     if compute.run("after the fetch probe"):
         noise.run()
+    alias, raw["alias"] = measure_alias(fit.caches, quick=quick, progress=progress)
     raw["compute"] = compute.rows()
     raw["noise"] = noise.table()
     # the node once every compute round has run (the model is fitted on all of them)
     node = NodeModel(cpu_model=cpu_model(), n_cores=n_cores, caches=fit.caches, memory=fit.memory,
                      compute=compute_model(raw["compute"], isa), bandwidth_curves=tuple(curves),
-                     latency_curve=latency, fetch=fetch, noise=fit_noise(raw["noise"]))
+                     latency_curve=latency, fetch=fetch, noise=fit_noise(raw["noise"]), alias=alias)
     t3 = time.monotonic()
     details = {
         "memory_probe": {**p.to_dict(), "all_cores": "numba prange threads, one per core, each on its own slice"},
@@ -469,6 +516,34 @@ def add_fetch(yaml_path: str | Path, *, quick: bool = False, progress: Progress 
         raise ProbeError(f"{yaml_path}: {'; '.join(warnings) or 'the fetch probe gave no result'}")
     return _add_to(yaml_path, profile, raw, "fetch", fetch_raw, model,
                    provenance(command=command, parameters={"quick": quick, **details}))
+
+
+def add_alias(yaml_path: str | Path, *, quick: bool = False, passes: int = 1, gap_s: float = 0.0,
+              progress: Progress | None = None, command: str | None = None) -> MachineProfile:
+    """Run the 4 KiB-aliasing probe (probes/alias.py) on this machine at the working sets of the
+    existing profile ``yaml_path``'s cache levels and write it in (``node.alias`` and the sidecar's
+    ``alias`` table, atomically; the rest stays as it was): for a profile probed before that probe
+    existed. ``passes`` times, ``gap_s`` apart, pooled: the machine over a span, as a profile pooled
+    from probe rounds describes it (a shared host's aliasing cost moves with its state), at the
+    profile's statistic (``provenance.statistic`` of a pooled profile, else ``best``). Refused for a
+    profile of another machine (pmac.profile.not_this_machine)."""
+    from .profile import not_this_machine
+
+    yaml_path = Path(yaml_path)
+    profile, raw = _profile_to_add_to(yaml_path, "the aliasing probe")
+    why = not_this_machine(profile)
+    if why:
+        raise InputError(f"not a profile of this machine ({why}): its aliasing cannot be measured here", path=yaml_path)
+    if passes < 1 or gap_s < 0:
+        raise InputError(f"the aliasing probe needs passes >= 1 and a gap >= 0 (got {passes} and {gap_s})")
+    statistic = str(profile.provenance.get("statistic", "best"))
+    model, table = measure_alias(profile.node.caches, quick=quick, progress=progress, passes=passes, gap_s=gap_s,
+                                 statistic=statistic)
+    if model is None:
+        raise ProbeError(f"{yaml_path}: the aliasing probe gave no result")
+    return _add_to(yaml_path, profile, raw, "alias", table, model,
+                   provenance(command=command, parameters={"quick": quick, "passes": passes, "gap_s": gap_s,
+                                                           "statistic": statistic}))
 
 
 def _profile_to_add_to(yaml_path: Path, what: str) -> tuple[MachineProfile, dict[str, pd.DataFrame]]:

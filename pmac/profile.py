@@ -28,7 +28,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -80,12 +80,15 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                         17: "node.compute.flop_per_s_scalar_fma (optional: the scalar flop rate of code "
                             "contracted to fused multiply-adds, probes/compute.py ``flop_fma``, at which the "
                             "convolver prices a burst's scalar FMAs); version 16 files have none (an FMA "
-                            "priced as two flop at the scalar rate)"},
+                            "priced as two flop at the scalar rate)",
+                        18: "node.alias (optional: the stall of a load that 4 KiB-aliases a recent store, by "
+                            "the level its data come from, probes/alias.py); version 17 files have none (such "
+                            "loads not priced)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
                           9: lambda body: body, 10: lambda body: body, 11: lambda body: body,
                           12: lambda body: body, 13: lambda body: body, 14: lambda body: body,
-                          15: lambda body: body, 16: lambda body: body})
+                          15: lambda body: body, 16: lambda body: body, 17: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -294,6 +297,50 @@ class FetchModel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AliasModel:
+    """4 KiB aliasing (probes/alias.py): what a load costs beyond its price when it shares its low
+    12 address bits with one of the last stores, to another page.
+
+    ``stall_s[i]``: seconds an aliased load of the probe's loop costs when its arrays sit in
+    ``levels[i]`` (the data cache levels by name, smallest first, then ``memory``), measured at
+    ``working_set_bytes[i]``: the probe's ``v[i] = 0.5 * u[i] + 1.0`` with ``v[i - 1]`` at
+    ``u[i]``'s 4 KiB phase against the same a page apart, one core; ``stall_allcores_s`` the same
+    with all ``n_cores_all`` cores sweeping at once (each its own arrays, at
+    ``working_set_allcores_bytes``; empty on one core).
+    """
+
+    levels: tuple[str, ...]
+    working_set_bytes: tuple[int, ...]
+    stall_s: tuple[float, ...]
+    n_cores_all: int = 1
+    working_set_allcores_bytes: tuple[int, ...] = ()
+    stall_allcores_s: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        n = len(self.levels)
+        if not n or len(self.working_set_bytes) != n or len(self.stall_s) != n:
+            raise ValueError("alias: levels, working_set_bytes and stall_s need one entry each per level")
+        if len(self.stall_allcores_s) not in (0, n) or len(self.working_set_allcores_bytes) != len(self.stall_allcores_s):
+            raise ValueError("alias: stall_allcores_s and working_set_allcores_bytes need one entry each per level, "
+                             "or none")
+        if len(set(self.levels)) != n:
+            raise ValueError("alias: a level is named twice")
+        _positive("alias.n_cores_all", self.n_cores_all)
+        for x in self.stall_s + self.stall_allcores_s:
+            _positive("alias.stall_s", x, allow_zero=True)
+            if not np.isfinite(x):
+                raise ValueError("alias.stall_s: every stall must be finite")
+
+    def stall_at(self, level: str, active_cores: int = 1) -> float | None:
+        """The stall of an aliased load of a loop streaming from ``level`` with ``active_cores``
+        cores busy (all cores' figure from two on, where measured); None: not measured there."""
+        if level not in self.levels:
+            return None
+        i = self.levels.index(level)
+        return self.stall_allcores_s[i] if active_cores > 1 and self.stall_allcores_s else self.stall_s[i]
+
+
+@dataclass(frozen=True, kw_only=True)
 class NoiseModel:
     """Each core's slowdown over time (probes/noise.py, fitted by pmac.noise.fit).
 
@@ -341,6 +388,8 @@ class NodeModel:
     fetch: FetchModel | None = None
     #: each core's slowdown over time (probes/noise.py); None: not measured (no noise to replay)
     noise: NoiseModel | None = None
+    #: the stall of a 4 KiB-aliased load (probes/alias.py); None: not measured (not priced)
+    alias: AliasModel | None = None
 
     def __post_init__(self):
         if self.n_cores <= 0:
@@ -665,6 +714,10 @@ RAW_TABLES = {
     # the instruction-fetch probe (probes/fetch.py): seconds per 64-byte line of code by layout
     "fetch": TableSpec(name="fetch", columns=(
         ("pattern", "U16"), ("footprint_bytes", "int64"), ("rep", "int32"), ("seconds_per_line_s", "float64"))),
+    # the 4 KiB-aliasing probe (probes/alias.py): seconds an element of each placement, per round
+    "alias": TableSpec(name="alias", columns=(
+        ("level", "U16"), ("n_cores", "int32"), ("working_set_bytes", "int64"), ("round", "int32"), ("placement", "U16"),
+        ("seconds_per_element_s", "float64"))),
     # the noise probe (probes/noise.py): each fixed-work quantum of each core, back to back from the
     # core's start in its chunk (seconds from the chunk's earliest start), in integer nanoseconds
     "noise": TableSpec(name="noise", columns=(

@@ -95,6 +95,14 @@ def format_profile(profile: MachineProfile) -> str:
             seq = f", in order {fq(f.miss_sequential_s, 's')}" if f.miss_sequential_s is not None else ""
             lines.append(f"  instruction fetch: L1i {fq(f.l1i_size_bytes, 'bytes')}, a miss {fq(f.miss_s, 's')} "
                          f"(code in random order{seq})")
+        if n.alias is not None:
+            a = n.alias
+
+            def stalls(vals):
+                return ", ".join(f"{lv} {fq(v, 's')}" for lv, v in zip(a.levels, vals))
+            lines.append(f"  4 KiB aliasing, a load's stall in a loop streaming from: {stalls(a.stall_s)} (1 core)")
+            if a.stall_allcores_s:
+                lines.append(f"    {a.n_cores_all} cores busy: {stalls(a.stall_allcores_s)}")
         if n.noise is not None:
             from .noise import describe as describe_noise
             lines += ["  " + x for x in describe_noise(n.noise)]

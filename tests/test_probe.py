@@ -442,6 +442,46 @@ def test_add_fetch_writes_node_fetch_into_an_existing_profile(probed, tmp_path):
     assert raw_a["overlap"].equals(raw_b["overlap"]) and raw_a["bandwidth"].equals(raw_b["bandwidth"])
 
 
+def test_add_alias_writes_node_alias_into_an_existing_profile(probed, tmp_path, capsys):
+    """pmac probe --add-alias FILE --rounds 2: two passes of the aliasing probe pooled (their
+    rounds numbered across both), node.alias the model of that table, the rest as it was;
+    refused for another machine's profile, naming the file and why, the file untouched."""
+    import shutil
+
+    from pmac.probe import alias_model
+    from pmac.profile import load_raw
+
+    src, prof, _ = probed
+    levels = [c.name for c in prof.node.caches if c.name != "L1i"] + ["memory"]
+    # the full probe ran it too (quick: 5 rounds), on one core and on all
+    assert prof.node.alias is not None and list(prof.node.alias.levels) == levels
+    assert all(s >= 0 and np.isfinite(s) for s in prof.node.alias.stall_s + prof.node.alias.stall_allcores_s)
+    for f in ("tiny.yaml", "tiny.raw.npz"):
+        (tmp_path / f).write_bytes((src / f).read_bytes())
+    before = load_profile(tmp_path / "tiny.yaml")
+    assert main(["probe", "--add-alias", str(tmp_path / "tiny.yaml"), "--quick", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote node.alias into {tmp_path / 'tiny.yaml'}: a 4 KiB-aliased load stalls, one core L1")
+    after = load_profile(tmp_path / "tiny.yaml")
+    verify_raw(after, tmp_path / "tiny.yaml")
+    table = load_raw(after, tmp_path / "tiny.yaml")["alias"]
+    cores = sorted(set(table["n_cores"]))
+    assert sorted(set(table["round"])) == list(range(10))
+    assert len(table) == 10 * len(cores) * len(levels) * 2
+    assert after.node.alias == alias_model(table) and after.node.alias != before.node.alias
+    assert dataclasses.replace(after.node, alias=None) == dataclasses.replace(before.node, alias=None)
+    assert after.provenance["alias_added"]["parameters"]["passes"] == 2
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in ("devbox.yaml", "devbox.raw.npz"):
+        shutil.copy(Path(__file__).resolve().parents[1] / "machines" / f, other / f)
+    was = (other / "devbox.yaml").read_bytes()
+    assert main(["probe", "--add-alias", str(other / "devbox.yaml"), "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "devbox.yaml" in err[0] and "its aliasing cannot be measured here" in err[0]
+    assert (other / "devbox.yaml").read_bytes() == was
+
+
 def test_add_noise_writes_node_noise_into_an_existing_profile(probed, tmp_path, capsys):
     """pmac probe --add-noise FILE: two chunks (quick) spread over --noise-span seconds; node.noise
     and the sidecar's noise table replaced, the rest as it was; refused for another machine's
@@ -730,8 +770,10 @@ def test_rounds_bad_arguments_are_refused_before_probing(probed, tmp_path, monke
     for argv, msg in ((["--rounds", "0"], "--rounds must be 1 or more, not 0"),
                       (["--rounds", "2", "--gap", "-1"], "--gap must be 0 or more seconds"),
                       (["--rounds", "2", "--statistic", "fastest"], "fastest"),
-                      (["--add-noise", str(src / "tiny.yaml"), "--rounds", "2"], "--rounds and --statistic are for a new probe")):
-        name = [] if "--add-noise" in argv else ["--name", "x", "--out-dir", str(tmp_path)]
+                      (["--add-noise", str(src / "tiny.yaml"), "--rounds", "2"], "--rounds and --gap are for a new probe or --add-alias, not with --add-noise"),
+                      (["--add-alias", str(src / "tiny.yaml"), "--statistic", "median"], "--statistic is for a new probe, not with --add-alias"),
+                      (["--add-alias", str(src / "tiny.yaml"), "--add-noise", str(src / "tiny.yaml")], "one probe at a time: --add-noise and --add-alias given")):
+        name = [] if {"--add-noise", "--add-alias"} & set(argv) else ["--name", "x", "--out-dir", str(tmp_path)]
         assert main(["probe", *name, *argv]) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -109,6 +109,22 @@ def test_format_profile_shows_the_fetch_probe():
     assert "instruction fetch" not in format_profile(p)
 
 
+def test_format_profile_shows_the_aliasing_probe():
+    import dataclasses
+
+    from pmac.profile import AliasModel
+
+    p = full_profile()
+    a = AliasModel(levels=("L1", "memory"), working_set_bytes=(16384, 1 << 26), stall_s=(5e-12, 1.5e-10),
+                   n_cores_all=2, working_set_allcores_bytes=(16384, 1 << 25), stall_allcores_s=(2e-11, 2.5e-10))
+    text = format_profile(dataclasses.replace(p, node=dataclasses.replace(p.node, alias=a)))
+    assert "4 KiB aliasing, a load's stall in a loop streaming from: L1 5 ps, memory 150 ps (1 core)\n" in text
+    assert "    2 cores busy: L1 20 ps, memory 250 ps\n" in text
+    assert "aliasing" not in format_profile(p)
+    one = dataclasses.replace(a, n_cores_all=1, working_set_allcores_bytes=(), stall_allcores_s=())
+    assert "cores busy" not in format_profile(dataclasses.replace(p, node=dataclasses.replace(p.node, alias=one)))
+
+
 def test_format_profile_says_which_pages_the_memory_was_probed_on():
     p = dataclasses.replace(full_profile(), provenance={
         "pages": {"mode": "default", "in_effect": "4 KiB pages: huge pages not asked for (transparent huge pages: "

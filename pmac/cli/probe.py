@@ -1,6 +1,7 @@
 """pmac probe --name NAME [--quick] [--out-dir machines] [--rounds K [--gap S]] [--statistic S]:
-measure this machine, write its profile (``--add-fetch FILE.yaml`` / ``--add-noise FILE.yaml``:
-only the instruction-fetch or the noise probe, into an existing profile).
+measure this machine, write its profile (``--add-fetch FILE.yaml`` / ``--add-noise FILE.yaml`` /
+``--add-alias FILE.yaml``: only the instruction-fetch, the noise or the 4 KiB-aliasing probe, into an
+existing profile).
 
 ``--rounds K``: K probes in turn, kept in OUT_DIR/NAME.rounds/round-I/, pooled (pmac.pool) into
 OUT_DIR/NAME.yaml at ``--statistic`` (default ``median`` then: the machine as it typically ran over
@@ -34,6 +35,11 @@ def add_arguments(p):
     p.add_argument("--add-noise", metavar="FILE.yaml",
                    help="run only the noise probe (each core's speed over time) and write it into this existing "
                         "profile of this machine (node.noise, for pmac predict --noise)")
+    p.add_argument("--add-alias", metavar="FILE.yaml",
+                   help="run only the 4 KiB-aliasing probe (a load held back by a recent store at its 4 KiB "
+                        "phase) and write it into this existing profile of this machine (node.alias; a profile "
+                        "probed before that probe existed); with --rounds K --gap S: K passes S seconds apart, "
+                        "pooled")
     p.add_argument("--noise-span", type=float, metavar="SECONDS",
                    help="with --add-noise: spread its chunks over this many seconds (default 60; --quick 10)")
     p.add_argument("--rounds", type=int, default=1, metavar="K",
@@ -49,10 +55,25 @@ def add_arguments(p):
 
 def run(args) -> int:
     from ..errors import InputError
-    from ..probe import DEFAULT_PAGES, add_fetch, add_noise, run_probe
+    from ..probe import DEFAULT_PAGES, add_alias, add_fetch, add_noise, run_probe
 
-    if (args.add_noise or args.add_fetch) and (args.rounds != 1 or args.statistic is not None):
-        raise InputError("--rounds and --statistic are for a new probe, not with --add-fetch / --add-noise")
+    adds = [o for o, v in (("--add-fetch", args.add_fetch), ("--add-noise", args.add_noise),
+                           ("--add-alias", args.add_alias)) if v]
+    if len(adds) > 1:
+        raise InputError(f"one probe at a time: {' and '.join(adds)} given")
+    if adds and args.statistic is not None:
+        raise InputError(f"--statistic is for a new probe, not with {adds[0]}")
+    if adds and adds != ["--add-alias"] and (args.rounds != 1 or args.gap):
+        raise InputError(f"--rounds and --gap are for a new probe or --add-alias, not with {adds[0]}")
+    if args.add_alias:
+        prof = add_alias(args.add_alias, quick=args.quick, passes=args.rounds, gap_s=args.gap,
+                         command="pmac " + " ".join(sys.argv[1:]))
+        a = prof.node.alias
+        print(f"wrote node.alias into {args.add_alias}: a 4 KiB-aliased load stalls, one core "
+              + ", ".join(f"{lv} {s * 1e9:.3f} ns" for lv, s in zip(a.levels, a.stall_s))
+              + (f"; {a.n_cores_all} cores " + ", ".join(f"{lv} {s * 1e9:.3f} ns" for lv, s in
+                                                        zip(a.levels, a.stall_allcores_s)) if a.stall_allcores_s else ""))
+        return 0
     if args.add_noise:
         prof = add_noise(args.add_noise, quick=args.quick, span_s=args.noise_span,
                          command="pmac " + " ".join(sys.argv[1:]))
@@ -67,7 +88,7 @@ def run(args) -> int:
               f"miss {f.miss_s * 1e9:.2f} ns (code in random order; in order {f.miss_sequential_s * 1e9:.2f} ns)")
         return 0
     if not args.name:
-        raise InputError("pmac probe needs --name NAME (or --add-fetch / --add-noise FILE.yaml)")
+        raise InputError("pmac probe needs --name NAME (or --add-fetch / --add-noise / --add-alias FILE.yaml)")
 
     command = "pmac " + " ".join(sys.argv[1:])
     if args.rounds != 1 or args.statistic not in (None, "best"):
