@@ -172,3 +172,19 @@ def test_pooled_probes_number_their_rounds_on_and_refit_at_the_statistic():
     assert alias_model(c, "best").stall_s[0] == pytest.approx(0.2 * 1.0e-9, rel=1e-9)
     assert alias_model(c, "median").stall_s[0] == pytest.approx(0.2 * 3.0e-9, rel=1e-9)
 
+
+def test_the_shipped_profiles_aliasing_is_its_table_at_its_statistic():
+    """machines/*.yaml with node.alias: the model is what pmac.probe.alias_model makes of the raw
+    table the sidecar ships, at the profile's statistic (so anyone can check the figures)."""
+    from pathlib import Path
+
+    from pmac.probe import alias_model
+    from pmac.profile import load_raw
+
+    shipped = [p for p in sorted((Path(__file__).resolve().parents[1] / "machines").glob("*.yaml"))
+               if load_profile(p).node and load_profile(p).node.alias]
+    assert shipped, "no shipped profile has node.alias"
+    for path in shipped:
+        prof = load_profile(path)
+        table = load_raw(prof, path)["alias"]
+        assert prof.node.alias == alias_model(table, prof.provenance.get("statistic", "best")), path.name
