@@ -19,7 +19,8 @@ For a burst with function rows:
   whose code is in the sample has none, as a burst with none has none; only the OTHER_FUNCTIONS
   row takes its burst's rate;
 - ``t_b = sum_f max(m_f, c_f) + beta * min(m_f, c_f) + a_f``, ``a_f`` the stalls of the function's
-  4 KiB-aliased loads in the burst at its own hit rates (pmac.convolve: after the overlap).
+  4 KiB-aliased loads in the burst, priced by where its own stores stream from (its histograms, as
+  above; pmac.convolve: after the overlap).
 
 Bursts without rows (one function; signatures before version 4) are convolved as one.
 """

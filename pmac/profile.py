@@ -81,8 +81,8 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                             "contracted to fused multiply-adds, probes/compute.py ``flop_fma``, at which the "
                             "convolver prices a burst's scalar FMAs); version 16 files have none (an FMA "
                             "priced as two flop at the scalar rate)",
-                        18: "node.alias (optional: the stall of a load that 4 KiB-aliases a recent store, by "
-                            "the level its data come from, probes/alias.py); version 17 files have none (such "
+                        18: "node.alias (optional: the stall of a load that 4 KiB-aliases a recent store, in a "
+                            "loop streaming from each level, probes/alias.py); version 17 files have none (such "
                             "loads not priced)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """4 KiB-aliasing probe: what a load costs when it shares its low 12 address bits with a recent
-store to another page, by the level the data come from.
+store to another page, in a loop streaming from each cache level and from memory.
 
 Runs on its own (numpy and numba)::
 
@@ -9,8 +9,8 @@ Runs on its own (numpy and numba)::
 A core checks a load against the stores still in its store buffer by their low 12 address bits
 before the full addresses are known; a match on another page (a *4 KiB alias*) holds the load back
 until the store's address resolves. Arrays allocated page by page (mmap'ed, malloc'ed in large
-blocks) start at the same 4 KiB phase, so ``v[i] = f(u[i - 1], ...)`` over two such arrays aliases
-on every element. pmac_vg counts these loads (``alias_loads``, docs/tracing.md); this probe prices
+blocks) start at the same 4 KiB phase, so a loop that stores ``v[i]`` and then loads ``u[i + 1]``
+over two such arrays aliases on every element. pmac_vg counts these loads (``alias_loads``, docs/tracing.md); this probe prices
 one.
 
 The kernel is ``v[i & mask] = 0.5 * u[i] + 1.0`` (a load, a multiply, an add and a store an
@@ -28,10 +28,14 @@ numba thread a core, each sweeping its own pair of arrays; a shared level's work
 them), interleaved in rounds (each round times both placements of every working set and core count,
 each the best of ``REPEATS`` timed calls of at least ``ELEMENTS_PER_CALL`` elements a core).
 
-Why all cores: the stall depends on what the core's neighbour does. On a Cascade Lake VM whose two
-vCPUs share a physical core (28 Nov 2026, ``python probes/alias.py --quick`` with and without a busy
-loop on the other vCPU) an aliased load in L1 cost 0.006 ns alone and 0.30 ns beside the busy loop:
-the two hardware threads split the store buffer. An MPI job runs a rank on every core. The stall per aliased load at a working set is the median over the
+Why all cores: an MPI job runs a rank on every core, and the stall is not the same then. On a
+Cascade Lake VM (28 Nov 2026, the ten passes of ``pmac probe --add-alias machines/clx-vm.yaml
+--rounds 10 --gap 50``) an aliased load in L3 cost 0.16-0.32 ns with both cores sweeping and
+0.11-0.26 ns with one, more with both in 9 of the 10 passes. (What the other core runs is not the
+whole story: by hand, a busy loop on the other vCPU once went with 0.30 ns in L1 against 0.006 alone,
+and a later run alone gave 0.12; the host's state moves the figure as much.)
+
+The stall per aliased load at a working set is the median over the
 rounds of ``aliased / apart - 1``, times the fastest rounds' ``apart`` time an element (the median
 of its ``BEST`` fastest; for a profile pooled at the median, the median of all): a ratio within a
 round, so that a shared host's slow spells between rounds cancel, priced at the speed the profile's

@@ -442,12 +442,26 @@ def test_add_fetch_writes_node_fetch_into_an_existing_profile(probed, tmp_path):
     assert raw_a["overlap"].equals(raw_b["overlap"]) and raw_a["bandwidth"].equals(raw_b["bandwidth"])
 
 
+def _refused_for_another_machine(option, tmp_path, capsys, phrase):
+    """``pmac probe OPTION FILE`` on a copy of another machine's shipped profile (devbox): exit 2,
+    one line naming the file and ``phrase``, the file untouched."""
+    import shutil
+
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in ("devbox.yaml", "devbox.raw.npz"):
+        shutil.copy(Path(__file__).resolve().parents[1] / "machines" / f, other / f)
+    was = (other / "devbox.yaml").read_bytes()
+    assert main(["probe", option, str(other / "devbox.yaml"), "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "devbox.yaml" in err[0] and phrase in err[0]
+    assert (other / "devbox.yaml").read_bytes() == was
+
+
 def test_add_alias_writes_node_alias_into_an_existing_profile(probed, tmp_path, capsys):
     """pmac probe --add-alias FILE --rounds 2: two passes of the aliasing probe pooled (their
     rounds numbered across both), node.alias the model of that table, the rest as it was;
     refused for another machine's profile, naming the file and why, the file untouched."""
-    import shutil
-
     from pmac.probe import alias_model
     from pmac.profile import load_raw
 
@@ -471,23 +485,13 @@ def test_add_alias_writes_node_alias_into_an_existing_profile(probed, tmp_path, 
     assert after.node.alias == alias_model(table) and after.node.alias != before.node.alias
     assert dataclasses.replace(after.node, alias=None) == dataclasses.replace(before.node, alias=None)
     assert after.provenance["alias_added"]["parameters"]["passes"] == 2
-    other = tmp_path / "other"
-    other.mkdir()
-    for f in ("devbox.yaml", "devbox.raw.npz"):
-        shutil.copy(Path(__file__).resolve().parents[1] / "machines" / f, other / f)
-    was = (other / "devbox.yaml").read_bytes()
-    assert main(["probe", "--add-alias", str(other / "devbox.yaml"), "--quick"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "devbox.yaml" in err[0] and "its aliasing cannot be measured here" in err[0]
-    assert (other / "devbox.yaml").read_bytes() == was
+    _refused_for_another_machine("--add-alias", tmp_path, capsys, "its aliasing cannot be measured here")
 
 
 def test_add_noise_writes_node_noise_into_an_existing_profile(probed, tmp_path, capsys):
     """pmac probe --add-noise FILE: two chunks (quick) spread over --noise-span seconds; node.noise
     and the sidecar's noise table replaced, the rest as it was; refused for another machine's
     profile, naming the file and why."""
-    import shutil
-
     from pmac.noise import fit as fit_noise
     from pmac.profile import load_raw
 
@@ -504,15 +508,7 @@ def test_add_noise_writes_node_noise_into_an_existing_profile(probed, tmp_path, 
     assert not table.equals(load_raw(before, src / "tiny.yaml")["noise"])
     assert dataclasses.replace(after.node, noise=None) == dataclasses.replace(before.node, noise=None)
     assert after.provenance["noise_added"]["parameters"]["span_s"] == 0.5
-    other = tmp_path / "other"
-    other.mkdir()
-    for f in ("devbox.yaml", "devbox.raw.npz"):
-        shutil.copy(Path(__file__).resolve().parents[1] / "machines" / f, other / f)
-    was = (other / "devbox.yaml").read_bytes()
-    assert main(["probe", "--add-noise", str(other / "devbox.yaml"), "--quick"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "devbox.yaml" in err[0] and "not a profile of this machine" in err[0]
-    assert (other / "devbox.yaml").read_bytes() == was
+    _refused_for_another_machine("--add-noise", tmp_path, capsys, "not a profile of this machine")
 
 
 def test_divider_beta_from_the_divmix_kernels_by_hand():
