@@ -35,6 +35,10 @@ Knobs (``KNOBS``; ``LEVEL`` is a data cache level of the profile, e.g. ``L2``):
 - ``compute.flops``: the flop rates (scalar, SIMD) and the divider's rate. Latencies (a dependent
   chain's operation, a mispredicted branch, a loop's own work) stay: a wider or more numerous FP
   unit, not a faster clock.
+- ``alias.stall``: the 4 KiB-aliasing probe's stalls (``node.alias``, every level, one core and
+  all): a core that holds a load matching a recent store's low 12 address bits back for shorter
+  or longer (its figure: the last level's stall with all cores busy). Only for profiles that have
+  the probe; a core without the stall is a small factor (factors are positive).
 
 A knob is scaled by factors, or set to values of the figure a specification quotes for it
 (:func:`figure`: the factor is the value over the profile's figure); with ``together`` every
@@ -137,7 +141,7 @@ def parse_knob(text: str, *, set_values: bool = False) -> Knob:
 
 
 #: each attribute's figure (:func:`figure`) and its unit
-FIGURE_UNITS = {"mpi_latency": "s", "latency": "s", "overhead": "s", "bandwidth": "bytes_per_s", "size": "bytes",
+FIGURE_UNITS = {"mpi_latency": "s", "latency": "s", "overhead": "s", "stall": "s", "bandwidth": "bytes_per_s", "size": "bytes",
                 "flops": "flop_per_s"}
 
 
@@ -170,6 +174,12 @@ def figure(profile: MachineProfile, knob: str) -> float | None:
         return None
     if knob == "compute.flops":
         return node.compute.flop_per_s_simd if node.compute is not None else None
+    if knob == "alias.stall":
+        a = node.alias
+        if a is None:
+            return None
+        caches = [x for x in a.levels if x != "memory"] or list(a.levels)
+        return a.stall_at(caches[-1], 2)
     level = node.memory if head == "memory" else next((c for c in node.caches if c.name == head), None)
     if level is None:
         return None
@@ -200,6 +210,8 @@ def knobs_of(profile: MachineProfile) -> list[str]:
             out += [f"{lev}.size", f"{lev}.bandwidth"]
         if profile.node.compute is not None:
             out.append("compute.flops")
+        if profile.node.alias is not None:
+            out.append("alias.stall")
     return out
 
 
@@ -301,6 +313,13 @@ def _scaled(profile: MachineProfile, knob: str, factor: float) -> MachineProfile
                                    flop_per_s_simd=comp.flop_per_s_simd * factor, divsqrt_per_s=div,
                                    flop_per_s_scalar_independent=ind, flop_per_s_scalar_fma=fma)
         return dataclasses.replace(profile, name=name, node=dataclasses.replace(node, compute=comp))
+    if knob == "alias.stall":
+        a = node.alias
+        if a is None:
+            raise MissingSectionError(f"machine '{profile.name}'", "node.alias", needed_by=f"sweep {knob}")
+        a = dataclasses.replace(a, stall_s=tuple(x * factor for x in a.stall_s),
+                                stall_allcores_s=tuple(x * factor for x in a.stall_allcores_s))
+        return dataclasses.replace(profile, name=name, node=dataclasses.replace(node, alias=a))
     levels = data_levels(profile)
     if head in levels and what in ("size", "bandwidth"):
         caches = []
