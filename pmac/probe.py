@@ -527,13 +527,8 @@ def add_alias(yaml_path: str | Path, *, quick: bool = False, passes: int = 1, ga
     from probe rounds describes it (a shared host's aliasing cost moves with its state), at the
     profile's statistic (``provenance.statistic`` of a pooled profile, else ``best``). Refused for a
     profile of another machine (pmac.profile.not_this_machine)."""
-    from .profile import not_this_machine
-
     yaml_path = Path(yaml_path)
-    profile, raw = _profile_to_add_to(yaml_path, "the aliasing probe")
-    why = not_this_machine(profile)
-    if why:
-        raise InputError(f"not a profile of this machine ({why}): its aliasing cannot be measured here", path=yaml_path)
+    profile, raw = _profile_to_add_to(yaml_path, "the aliasing probe", measured_here="its aliasing")
     if passes < 1 or gap_s < 0:
         raise InputError(f"the aliasing probe needs passes >= 1 and a gap >= 0 (got {passes} and {gap_s})")
     statistic = str(profile.provenance.get("statistic", "best"))
@@ -546,12 +541,19 @@ def add_alias(yaml_path: str | Path, *, quick: bool = False, passes: int = 1, ga
                                                            "statistic": statistic}))
 
 
-def _profile_to_add_to(yaml_path: Path, what: str) -> tuple[MachineProfile, dict[str, pd.DataFrame]]:
-    from .profile import load_profile, load_raw
+def _profile_to_add_to(yaml_path: Path, what: str, *, measured_here: str | None = None
+                       ) -> tuple[MachineProfile, dict[str, pd.DataFrame]]:
+    """The profile to add ``what`` to and its sidecar. ``measured_here`` (what cannot be measured
+    elsewhere, e.g. "its noise"): refused for a profile of another machine
+    (pmac.profile.not_this_machine), saying why."""
+    from .profile import load_profile, load_raw, not_this_machine
 
     profile = load_profile(yaml_path)
     if profile.node is None:
         raise InputError(f"the profile has no node section to add {what} to", path=yaml_path)
+    if measured_here and (why := not_this_machine(profile)):
+        raise InputError(f"not a profile of this machine ({why}): {measured_here} cannot be measured here",
+                         path=yaml_path)
     return profile, load_raw(profile, yaml_path)
 
 
@@ -573,13 +575,8 @@ def add_noise(yaml_path: str | Path, *, quick: bool = False, span_s: float | Non
     over a minute, not one moment), fitted at the profile's statistic (``provenance.statistic``
     of a pooled profile, else ``best``). Refused for a profile of another machine
     (pmac.profile.not_this_machine): the series is this machine's."""
-    from .profile import not_this_machine
-
     yaml_path = Path(yaml_path)
-    profile, raw = _profile_to_add_to(yaml_path, "the noise probe")
-    why = not_this_machine(profile)
-    if why:
-        raise InputError(f"not a profile of this machine ({why}): its noise cannot be measured here", path=yaml_path)
+    profile, raw = _profile_to_add_to(yaml_path, "the noise probe", measured_here="its noise")
     n = 2 if quick else 4
     span = (10.0 if quick else 60.0) if span_s is None else float(span_s)
     chunks = _NoiseChunks(quick)
