@@ -356,3 +356,24 @@ def test_show_names_a_pooled_profiles_probes_and_statistic():
     odd = dataclasses.replace(prof, provenance={**prof.provenance, "statistic": "fastest"})
     assert "each point at the statistic 'fastest'" in format_profile(odd)
     assert "pooled from" not in format_profile(_load("devbox")[0])
+
+
+def test_pmac_pool_says_which_added_sections_the_replaced_profile_loses(tmp_path):
+    """Re-pooling clx-vm's rounds over machines/clx-vm.yaml: the shipped profile has node.alias
+    (pmac probe --add-alias), its rounds do not measure it, so the new profile has none and pmac
+    pool says so, naming the flag that measures it again; both have node.noise (the rounds measure
+    it), and no note names noise. Over no existing file there is no note."""
+    out = tmp_path / "out"
+    _copy("clx-vm", out)
+    shipped = load_profile(out / "clx-vm.yaml").node
+    assert shipped.alias is not None and shipped.noise is not None
+    rounds = [str(MACHINES / "clx-vm.rounds" / r / "clx-vm.yaml") for r in ("T1331-round-0", "T1331-round-1")]
+    r = _pmac("pool", *rounds, "--name", "clx-vm", "--statistic", "median", "--out-dir", str(out))
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stdout.splitlines() if "none of the pooled probes measured" in ln]
+    assert notes == [f"  note: the {out / 'clx-vm.yaml'} this replaced had node.alias (pmac probe --add-alias), which "
+                     "none of the pooled probes measured: the new profile has none; pmac probe --add-alias "
+                     f"{out / 'clx-vm.yaml'} measures it again"]
+    assert load_profile(out / "clx-vm.yaml").node.alias is None and load_profile(out / "clx-vm.yaml").node.noise
+    r = _pmac("pool", *rounds, "--name", "again", "--statistic", "median", "--out-dir", str(out))
+    assert r.returncode == 0 and "none of the pooled probes measured" not in r.stdout

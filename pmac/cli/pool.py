@@ -37,6 +37,7 @@ def run(args) -> int:
                          path=out)
     prof, raw = pool(args.profiles, name=args.name, statistic=args.statistic,
                      command="pmac " + " ".join(sys.argv[1:]))
+    lost = _added_and_lost(out, prof)
     prof = write_pair(prof, raw, out)
     n = raw["compute"].groupby(["probe", "param"]).size()
     print(f"wrote {out} and {prof.raw_file}: {len(args.profiles)} probe(s) pooled, each point at "
@@ -51,4 +52,28 @@ def run(args) -> int:
 
     if (states := two_states_note(raw["compute"])) is not None:      # the repetitions just written
         print(f"  note: {states}")
+    for section, flag in lost:
+        print(f"  note: the {out} this replaced had node.{section} (pmac probe {flag}), which none of the pooled "
+              f"probes measured: the new profile has none; pmac probe {flag} {out} measures it again")
     return 0
+
+
+#: the node sections a probe adds to an existing profile, and the flag that adds them
+ADDED_SECTIONS = (("noise", "--add-noise"), ("alias", "--add-alias"))
+
+
+def _added_and_lost(out: Path, prof) -> list[tuple[str, str]]:
+    """(section, flag) of each section that ``out``, the profile about to be replaced, had and the
+    pooled ``prof`` lacks: sections added by ``pmac probe --add-...`` to a profile, which its
+    rounds' probes do not hold (machines/README.md). Nothing where ``out`` is absent or unreadable."""
+    from ..errors import InputError
+    from ..profile import load_profile
+
+    try:
+        old = load_profile(out) if out.exists() else None
+    except InputError:
+        return []
+    if old is None or old.node is None:
+        return []
+    return [(s, flag) for s, flag in ADDED_SECTIONS
+            if getattr(old.node, s) is not None and getattr(prof.node, s) is None]
