@@ -147,13 +147,18 @@ the Xeon of 26 Nov), and so was nbody; on the day's four accuracy runs (``bench/
 FILE --machine DIR/xeon-vm.yaml``) nbody moved from +12..+28 % to -13..+16 %, the mean absolute
 error from 10.1 / 12.1 / 8.9 / 9.6 % to 10.0 / 8.9 / 8.0 / 6.8 %. Without divides it is the sum it
 was. ``divider_beta`` (profile schema 10, ``node.compute.divider_beta``; 0 for older profiles) is
-how far the two sides fail to overlap, measured by the compute probe's ``divmix`` kernels (the
-divider kernel's work beside 2 to 12 independent multiply-adds an element, pmac.probe.divider_beta):
+how far the two sides fail to overlap, measured by the compute probe's ``divpar`` kernels (the
+divider kernel's work beside 2 to 12 independent multiply-adds an element, each into its own
+accumulator; ``divmix``, the terms summed in order, before 29 Nov 2026; pmac.probe.divider_beta):
 a core whose divider shares issue ports with the multipliers would run such a mix above the max.
 On the Xeon VM (26 Nov 2026) three probes measured 0: the kernels ran at the divider's time up to 8 terms
 and below their other work's price at 12 (independent scalar flop outrun the flop_scalar probe's
 rate, whose 8-step chains are partly latency-bound), so nbody's -8..-14 % in that day's accuracy
-runs is not this.
+runs is not this. On the Cascade Lake VM (29 Nov 2026, ``python bench/divider_overlap``: the probe's
+kernels and nbody in alternation on one core; bench/results/divider_overlap-clx-vm-2026-11-29T0213.txt) in the six
+rounds where the host held still (2-5, 10, 11) ``divmix`` gave 0.12-0.15 and ``divpar`` 0.20-0.22,
+and nbody's own loop needed 0.19-0.24: with ``divmix``'s beta its price per interaction was
+-3.5..-6.6 % off, with ``divpar``'s -2.0..+1.4 %; hence the probe's form since (chosen on nbody).
 
 **Overlap.** ``t = max(t_mem, t_compute) + beta * min(t_mem, t_compute)``: ``beta = 0`` is
 perfect overlap, ``beta = 1`` none. ``beta`` belongs to the machine (pmac.overlap calibrates it).

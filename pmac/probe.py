@@ -153,7 +153,7 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
         g = rows[rows["probe"] == probe]
         if g.empty:
             raise ProbeError(f"compute probe '{probe}' produced no values")
-        better = probe not in ("branch", "chain", "divmix")   # rates: larger is better; times: smaller
+        better = probe not in ("branch", "chain", "divpar", "divmix")   # rates: larger is better; times: smaller
         if slow_quantile is not None:
             return g.groupby("param", sort=True)["value"].agg(
                 lambda v: at_slow_quantile(v.to_numpy(), slow_quantile, larger_is_better=better))
@@ -179,19 +179,21 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
         chain_add_s=chain_add,
         chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None,
         flop_per_s_scalar_independent=ind, flop_per_s_scalar_fma=fma)
-    if ds is None or not (rows["probe"] == "divmix").any():
+    # the divpar kernels (probes before 29 Nov 2026: divmix, probes/compute.py), their other work at
+    # the price the convolver gives scalar flop
+    mix = next((k for k in ("divpar", "divmix") if (rows["probe"] == k).any()), None)
+    if ds is None or mix is None:
         return model
-    # the divmix kernels' other work at the price the convolver gives scalar flop
     return dataclasses.replace(model, divider_beta=divider_beta(
-        med("divmix"), divsqrt_per_s=model.divsqrt_per_s, flop_per_s_scalar=model.scalar_rate,
+        med(mix), divsqrt_per_s=model.divsqrt_per_s, flop_per_s_scalar=model.scalar_rate,
         chain_add_s=chain_add, branch_s=float(br.iloc[0])))
 
 
-def divider_beta(divmix: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: float,
+def divider_beta(kernels: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: float,
                  chain_add_s: float | None, branch_s: float) -> float:
-    """How far a core's divider and its other work overlap, from the ``divmix`` kernels (seconds
-    per element by k, probes/compute.py): each priced as the convolver prices a burst, the divider
-    ``t_div = 2 / divsqrt_per_s`` an element, the other work ``t_other = max(flop / flop_per_s_scalar,
+    """How far a core's divider and its other work overlap, from the ``divpar`` kernels (or a
+    profile's former ``divmix`` ones): ``kernels``, seconds per element by k (probes/compute.py),
+    each priced as the convolver prices a burst, the divider ``t_div = 2 / divsqrt_per_s`` an element, the other work ``t_other = max(flop / flop_per_s_scalar,
     chain_add_s) + branch_s`` (its flop, its one loop-carried add, one predicted branch at the
     branch probe's p = 0 cost), measured ``t = max(t_div, t_other) + beta * min(t_div, t_other)``:
     beta as pmac.overlap.fit_beta fits the overlap model's (least squares on the relative error,
@@ -211,7 +213,7 @@ def divider_beta(divmix: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: 
 
     t_div = DIVSQRT_PER_ELEMENT / divsqrt_per_s
     rows = []
-    for k, t in divmix.items():
+    for k, t in kernels.items():
         t_flop = divmix_other_flop(int(k)) / flop_per_s_scalar
         other = max(t_flop, chain_add_s or 0.0) + branch_s
         rows.append(dict(app=f"divmix:{int(k)}", max_s=max(t_div, other), min_s=min(t_div, other), measured_s=float(t),

@@ -42,9 +42,17 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   multiply and add fit beside it. Scalar: LLVM keeps these divides scalar even with
   ``fastmath`` (its cost model; so does gcc for C without ``-ffast-math``), so no packed
   divide rate is measured.
-- ``divmix`` (param: k; value: seconds per element): the divsqrt kernel's work beside k
-  independent multiply-adds an element (``divmix_kernel``), k in DIVMIX_TERMS: from less other
-  work than the divider's to more. How far the two overlap: pmac.probe.divider_beta.
+- ``divpar`` (param: k; value: seconds per element): the divsqrt kernel's work beside k
+  independent multiply-adds an element, each into its own accumulator (``divpar_kernel``), k in
+  DIVMIX_TERMS: from less other work than the divider's to more. How far the two overlap:
+  pmac.probe.divider_beta. Probes before 29 Nov 2026 ran ``divmix`` instead (``divmix_kernel``:
+  the same terms summed in order into one value), which a profile's raw table may still hold and
+  pmac.probe.compute_model reads where it has no ``divpar`` rows. Why the change: in the same
+  minutes on one core of the Cascade Lake VM (``python bench/divider_overlap``, 29 Nov 2026,
+  bench/results/divider_overlap-clx-vm-2026-11-29T0213.txt) the beta fitted on ``divpar`` priced nbody's force loop
+  (three accumulators) within -2.0..+1.4 % in the six rounds where the host held still, where
+  ``divmix``'s gave -3.5..-6.6 % (medians of all twelve rounds: -2.6 against -8.1 %); nbody is the
+  only example with divides, so the form was chosen on it.
 - ``chain`` (value: seconds per operation; param 0: adds, 1: multiply-adds): one loop-carried
   chain over an L1-resident array, ``s += x[i]`` (param 0) and ``s = s * c + x[i]`` (param 1,
   contracted to one FMA where the ISA has it, else a multiply and an add: the time per iteration
@@ -173,7 +181,7 @@ def _divsqrt_scalar(x, reps):
 #: divide and square-root operations per element of the divsqrt kernel
 DIVSQRT_PER_ELEMENT = 2
 
-#: independent multiply-adds per element of the ``divmix`` kernels (the probe's params)
+#: independent multiply-adds per element of the ``divpar`` (and former ``divmix``) kernels (the probe's params)
 DIVMIX_TERMS = (2, 4, 6, 8, 12)
 
 
@@ -188,7 +196,8 @@ def _compile_source(name: str, src: str):
 def divmix_other_flop(k: int) -> int:
     """Flop per element of ``divmix_kernel(k)`` besides its divide and square root: k independent
     ``v * c_j + e_j`` (2 each, no contraction without fastmath), k - 1 adds summing them, the
-    multiply ``v * sqrt(v)``, the add of the two sides and the loop-carried ``s +=``."""
+    multiply ``v * sqrt(v)``, the add of the two sides and the loop-carried ``s +=``; as many as
+    ``divpar_kernel(k)``'s (its k accumulators' adds, the multiply, the ``s +=``)."""
     return 2 * k + (k - 1) + 3
 
 
@@ -202,6 +211,21 @@ def divmix_kernel(k: int):
     return _compile_source(f"divmix{k}", f"def divmix{k}(x, reps):\n    s = 0.0\n    for _ in range(reps):\n"
                                          f"        for i in range(x.size):\n            v = x[i]\n"
                                          f"            s += 1.0 / (v * np.sqrt(v)) + ({terms})\n    return s\n")
+
+
+@functools.lru_cache(maxsize=None)
+def divpar_kernel(k: int):
+    """``s += 1 / (v * sqrt(v))`` beside ``a_j += v * c_j + e_j``, j < k, each term into its own
+    accumulator: the divsqrt kernel's divider work beside k independent multiply-adds an element,
+    as a force loop sums its components (nbody: three). Its other flop are those of
+    ``divmix_kernel(k)`` (:func:`divmix_other_flop`: 3k + 2), and one add an accumulator is carried
+    from one iteration to the next, as ``s +=`` is in both. No fastmath: scalar, uncontracted."""
+    acc = "".join(f"    a{j} = 0.0\n" for j in range(k))
+    upd = "".join(f"            a{j} += v * {1.0 - 1e-3 * (j + 1)!r} + {1e-4 * (j + 1)!r}\n" for j in range(k))
+    tot = " + ".join(f"a{j}" for j in range(k))
+    return _compile_source(f"divpar{k}", f"def divpar{k}(x, reps):\n    s = 0.0\n{acc}    for _ in range(reps):\n"
+                                         f"        for i in range(x.size):\n            v = x[i]\n"
+                                         f"            s += 1.0 / (v * np.sqrt(v))\n{upd}    return s + {tot}\n")
 
 
 @functools.lru_cache(maxsize=None)
@@ -362,11 +386,11 @@ def _one_round(quick, target, rmin, rmax, threshold, probabilities, distances, a
     vals = _timeit(lambda n: _divsqrt_scalar(x, n), target, rmin, rmax, threshold,
                    scale=lambda n, dt: DIVSQRT_PER_ELEMENT * x.size * n / dt)
     add("divsqrt", simd_width_bits(_divsqrt_scalar, x, 1), vals)
-    tick("divmix")
+    tick("divpar")
     for k in DIVMIX_TERMS:
-        fn = divmix_kernel(k)
+        fn = divpar_kernel(k)
         vals = _timeit(lambda n, f=fn: f(x, n), target, rmin, rmax, threshold, scale=lambda n, dt: dt / (n * x.size))
-        add("divmix", k, vals)
+        add("divpar", k, vals)
     tick("chain")
     ops = chain_ops_per_iteration()
     for param, run_chain, n_ops in ((0, lambda n: _chain_add(x, n), 1), (1, lambda n: _chain_muladd(x, n, c), ops)):

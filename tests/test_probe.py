@@ -134,7 +134,7 @@ def test_branch_and_dependency_probes_measure_something():
     for probe, param, _, v in rows:
         vals.setdefault((probe, param), []).append(v)
     # best repetition: robust against being descheduled on a shared machine
-    med = {k: float(max(v) if k[0] != "branch" else min(v)) for k, v in vals.items()}
+    med = {k: float(max(v) if k[0] not in ("branch", "divpar") else min(v)) for k, v in vals.items()}
     assert med[("branch_miss", 0.5)] == 0.5 and med[("branch_miss", 0.1)] == pytest.approx(0.18)
     # unpredictable branches cost more than never-taken ones
     assert med[("branch", 0.5)] > 1.3 * med[("branch", 0.0)]
@@ -150,6 +150,10 @@ def test_branch_and_dependency_probes_measure_something():
     # an FMA is never dearer than a multiply and an add (Cascade Lake: 2x the flop rate of
     # uncontracted independent work, the one operation a port either way), and the kernel stays scalar
     assert med[("flop_fma", 64.0)] > 0.9 * med[("flop_independent", 64.0)]
+    # the divider beside k multiply-adds (seconds an element), every k of the probe: twelve terms
+    # (38 flop beside the divider) take longer than two, and than the divider kernel's element
+    assert sorted(p for (n, p) in med if n == "divpar") == [float(k) for k in pc.DIVMIX_TERMS]
+    assert med[("divpar", 12.0)] > med[("divpar", 2.0)] and med[("divpar", 12.0)] > pc.DIVSQRT_PER_ELEMENT / div_rate
 
 
 def test_independent_flop_kernel_counts_its_flop():
@@ -544,6 +548,11 @@ def test_divider_beta_from_the_divmix_kernels_by_hand():
     df = pd.DataFrame(rows, columns=["probe", "param", "rep", "value"])
     assert compute_model(df, {"cpu_name": "x", "llvmlite": "y"}).divider_beta == pytest.approx(0.3, rel=1e-9)
     assert compute_model(df[df["probe"] != "divmix"], {"cpu_name": "x", "llvmlite": "y"}).divider_beta is None
+    # the divpar kernels (probes since 29 Nov 2026) are fitted where a table has them, divmix not
+    par = df[df["probe"] == "divmix"].assign(probe="divpar", value=lambda d: [
+        timed(int(k), 0.6) * (1.0 if i < 5 else 1.5) for k, i in zip(d["param"], d["rep"])])
+    both = pd.concat([df, par], ignore_index=True)
+    assert compute_model(both, {"cpu_name": "x", "llvmlite": "y"}).divider_beta == pytest.approx(0.6, rel=1e-9)
     # with the flop_independent kernel the flop_scalar rows no longer price the other work: the same
     # kernels timed at rs, the dependent kernel's rate halved, still give 0.3, and the model carries both
     dep = df.assign(value=np.where(df["probe"] == "flop_scalar", rs / 2, df["value"]))
@@ -554,15 +563,28 @@ def test_divider_beta_from_the_divmix_kernels_by_hand():
     assert compute_model(dep, {"cpu_name": "x", "llvmlite": "y"}).divider_beta != pytest.approx(0.3, abs=0.05)
 
 
-def test_divmix_kernels_compile_scalar_and_scale_with_their_terms():
-    """The divmix kernels stay scalar (no fastmath: the divides are not vectorised, the other work
-    neither) and their work grows with k: the 12-term kernel runs more instructions than the 2-term."""
+@pytest.mark.parametrize("kernel", ["divpar_kernel", "divmix_kernel"])
+def test_divider_mix_kernels_compile_scalar_and_scale_with_their_terms(kernel):
+    """The divpar kernels (and the former divmix ones) stay scalar (no fastmath: the divides are
+    not vectorised, the other work neither) and their work grows with k: the 12-term kernel runs
+    more instructions than the 2-term."""
     x = np.linspace(0.5, 1.0, 64)
-    k2, k12 = pc.divmix_kernel(2), pc.divmix_kernel(12)
+    k2, k12 = getattr(pc, kernel)(2), getattr(pc, kernel)(12)
     assert k2(x, 1) != k12(x, 1)
     assert pc.simd_width_bits(k2, x, 1) == 64 and pc.simd_width_bits(k12, x, 1) == 64
     asm2, asm12 = pc.compiled_asm(k2, x, 1), pc.compiled_asm(k12, x, 1)
     assert asm2.count("mulsd") < asm12.count("mulsd") and "divsd" in asm2 and "sqrtsd" in asm2
+
+
+def test_divpar_kernel_computes_what_it_says():
+    """divpar_kernel(k)(x, reps): reps times the sum over x of 1 / (v sqrt v) plus, per term j, of
+    v (1 - 1e-3 (j + 1)) + 1e-4 (j + 1), each term in its own accumulator (computed here in numpy);
+    divmix_kernel(k) sums the same terms another way, so the two agree to rounding."""
+    x = np.linspace(0.5, 1.0, 37)
+    want = 3 * (np.sum(1.0 / (x * np.sqrt(x))) + sum(np.sum(x * (1.0 - 1e-3 * (j + 1)) + 1e-4 * (j + 1))
+                                                    for j in range(4)))
+    assert pc.divpar_kernel(4)(x, 3) == pytest.approx(want, rel=1e-12)
+    assert pc.divmix_kernel(4)(x, 3) == pytest.approx(want, rel=1e-12)
 
 
 
