@@ -195,7 +195,8 @@ def divider_beta(kernels: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar:
     profile's former ``divmix`` ones): ``kernels``, seconds per element by k (probes/compute.py),
     each priced as the convolver prices a burst, the divider ``t_div = 2 / divsqrt_per_s`` an
     element, the other work ``t_other = max(flop / flop_per_s_scalar, chain_add_s) + branch_s``
-    (its flop, its loop-carried adds, one predicted branch at the branch probe's p = 0 cost), measured ``t = max(t_div, t_other) + beta * min(t_div, t_other)``:
+    (its flop, its loop-carried adds, one predicted branch at the branch probe's p = 0 cost),
+    measured ``t = max(t_div, t_other) + beta * min(t_div, t_other)``:
     beta as pmac.overlap.fit_beta fits the overlap model's (least squares on the relative error,
     one group per k), in [0, 1]. 0: the two run side by side as if on separate units; 1: one after
     the other.
@@ -216,8 +217,8 @@ def divider_beta(kernels: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar:
     for k, t in kernels.items():
         t_flop = divmix_other_flop(int(k)) / flop_per_s_scalar
         other = max(t_flop, chain_add_s or 0.0) + branch_s
-        rows.append(dict(app=f"divider-mix:{int(k)}", max_s=max(t_div, other), min_s=min(t_div, other), measured_s=float(t),
-                         memory_s=0.0, compute_s=0.0))
+        rows.append(dict(app=f"divider-mix:{int(k)}", max_s=max(t_div, other), min_s=min(t_div, other),
+                         measured_s=float(t), memory_s=0.0, compute_s=0.0))
     return fit_beta(pd.DataFrame(rows))[0]
 
 

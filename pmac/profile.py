@@ -56,9 +56,8 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                            "version 8 files have none (every chain operation at the dependency probe's "
                            "shortest-distance rate)",
                         10: "node.compute.divider_beta (optional: how far the divider and the other work of a "
-                            "core overlap, probes/compute.py ``divpar``, ``divmix`` before 29 Nov 2026); version 9 "
-                            "files have none (side by "
-                            "side: 0)",
+                            "core overlap, probes/compute.py ``divpar``, ``divmix`` before 29 Nov 2026); "
+                            "version 9 files have none (side by side: 0)",
                         11: "node.noise (optional: each core's slowdown over time, probes/noise.py, for "
                             "``pmac predict --noise``); version 10 files have none (no noise to replay)",
                         12: "network.bcast_root (optional: 'rotating' when the probe moved a bcast's root every "
@@ -222,7 +221,8 @@ class ComputeModel:
     chain_mul_s: float | None = None
     #: how far the divider and the other work of a core overlap: ``t = max(t_div, t_other) +
     #: divider_beta * min(t_div, t_other)`` (0: side by side, 1: one after the other; probes/compute.py
-    #: ``divpar``, ``divmix`` before 29 Nov 2026, pmac.probe.divider_beta); None where not measured (priced as 0)
+    #: ``divpar``, ``divmix`` before 29 Nov 2026, pmac.probe.divider_beta); None where not measured
+    #: (priced as 0)
     divider_beta: float | None = None
     #: scalar flop per second of independent work (probes/compute.py ``flop_independent``: eight
     #: independent multiply-adds an element), what the floating-point ports sustain;

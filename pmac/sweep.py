@@ -141,8 +141,8 @@ def parse_knob(text: str, *, set_values: bool = False) -> Knob:
 
 
 #: each attribute's figure (:func:`figure`) and its unit
-FIGURE_UNITS = {"mpi_latency": "s", "latency": "s", "overhead": "s", "stall": "s", "bandwidth": "bytes_per_s", "size": "bytes",
-                "flops": "flop_per_s"}
+FIGURE_UNITS = {"mpi_latency": "s", "latency": "s", "overhead": "s", "stall": "s", "bandwidth": "bytes_per_s",
+                "size": "bytes", "flops": "flop_per_s"}
 
 
 def _link_figure(link: LinkModel, what: str) -> float:
@@ -179,7 +179,7 @@ def figure(profile: MachineProfile, knob: str) -> float | None:
         if a is None:
             return None
         caches = [x for x in a.levels if x != "memory"] or list(a.levels)
-        return a.stall_at(caches[-1], 2)
+        return a.stall_at(caches[-1], a.n_cores_all)
     level = node.memory if head == "memory" else next((c for c in node.caches if c.name == head), None)
     if level is None:
         return None

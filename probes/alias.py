@@ -10,8 +10,8 @@ A core checks a load against the stores still in its store buffer by their low 1
 before the full addresses are known; a match on another page (a *4 KiB alias*) holds the load back
 until the store's address resolves. Arrays allocated page by page (mmap'ed, malloc'ed in large
 blocks) start at the same 4 KiB phase, so a loop that stores ``v[i]`` and then loads ``u[i + 1]``
-over two such arrays aliases on every element. pmac_vg counts these loads (``alias_loads``, docs/tracing.md); this probe prices
-one.
+over two such arrays aliases on every element. pmac_vg counts these loads (``alias_loads``,
+docs/tracing.md); this probe prices one.
 
 The kernel is ``v[i & mask] = 0.5 * u[i] + 1.0`` (a load, a multiply, an add and a store an
 element; the mask is all ones at run time, so the store's index is opaque to LLVM and the loop
@@ -35,8 +35,8 @@ Cascade Lake VM (28 Nov 2026, the ten passes of ``pmac probe --add-alias machine
 whole story: by hand, a busy loop on the other vCPU once went with 0.30 ns in L1 against 0.006 alone,
 and a later run alone gave 0.12; the host's state moves the figure as much.)
 
-The stall per aliased load at a working set is the median over the
-rounds of ``aliased / apart - 1``, times the fastest rounds' ``apart`` time an element (the median
+The stall per aliased load at a working set is the median over the rounds of
+``aliased / apart - 1``, times the fastest rounds' ``apart`` time an element (the median
 of its ``BEST`` fastest; for a profile pooled at the median, the median of all): a ratio within a
 round, so that a shared host's slow spells between rounds cancel, priced at the speed the profile's
 other figures are taken at (pmac probe: best).
