@@ -201,25 +201,13 @@ def stalls(rows, statistic: str = "best") -> dict[tuple[str, int], float]:
 
 def _os_levels() -> list[tuple[str, int, int]]:
     """The data cache levels of cpu0 from sysfs (name, size_bytes, shared_by_cores), smallest first."""
-    import os
-    root = "/sys/devices/system/cpu/cpu0/cache"
-    out = []
     try:
-        for d in sorted(x for x in os.listdir(root) if x.startswith("index")):
-            def read(f, d=d):
-                with open(os.path.join(root, d, f)) as fh:
-                    return fh.read().strip()
-            if read("type") == "Instruction":
-                continue
-            size = read("size").upper()
-            mult = {"K": 1024, "M": 1024 * 1024}.get(size[-1:], 1)
-            shared = read("shared_cpu_list")
-            n_shared = sum(int(b) - int(a) + 1 for a, _, b in (x.partition("-") if "-" in x else (x, "", x)
-                                                                 for x in shared.split(",")))
-            out.append((f"L{read('level')}", int(size.rstrip("KMB")) * mult, n_shared))
-    except (OSError, ValueError):
-        return []
-    return sorted(out, key=lambda x: x[1])
+        from probes.memory import cache_indices, shared_cpu_count
+    except ImportError:     # run as a script from a checkout: probes/ is sys.path[0]
+        from memory import cache_indices, shared_cpu_count
+
+    return sorted(((f"L{level}", size, shared_cpu_count(shared)) for level, size, shared in cache_indices(0)),
+                  key=lambda x: x[1])
 
 
 def main(argv=None) -> int:

@@ -346,21 +346,38 @@ MIN_MAX_BYTES = 128 * 1024 * 1024
 MAX_MAX_BYTES = 4 * 1024 ** 3
 
 
+def cache_indices(cpu: int, root: str = "/sys/devices/system/cpu") -> list[tuple[int, int, str]]:
+    """The data and unified caches of CPU ``cpu`` from sysfs: (level, size in bytes, the
+    ``shared_cpu_list`` text), in sysfs's order; [] where sysfs has no cache information (an entry
+    it cannot read is left out)."""
+    out = []
+    for d in sorted(Path(root, f"cpu{cpu}", "cache").glob("index*")):
+        try:
+            if (d / "type").read_text().strip() == "Instruction":
+                continue
+            out.append((int((d / "level").read_text()), _size_bytes((d / "size").read_text()),
+                        (d / "shared_cpu_list").read_text().strip()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def shared_cpu_count(cpu_list: str) -> int:
+    """How many CPUs a sysfs CPU list ("0-3,8") names."""
+    n = 0
+    for part in cpu_list.split(","):
+        a, _, b = part.partition("-")
+        n += int(b or a) - int(a) + 1
+    return n
+
+
 def last_level_bytes(cpus=None, root: str = "/sys/devices/system/cpu") -> int | None:
     """The last-level data cache the CPUs ``cpus`` (default: those this process may run on) use,
     all its instances together, from sysfs; None where sysfs has no cache information."""
     cpus = sorted(cpus if cpus is not None else _cpus())
     best: dict = {}
     for cpu in cpus:
-        for d in sorted(Path(root, f"cpu{cpu}", "cache").glob("index*")):
-            try:
-                if (d / "type").read_text().strip() == "Instruction":
-                    continue
-                level = int((d / "level").read_text())
-                size = _size_bytes((d / "size").read_text())
-                shared = (d / "shared_cpu_list").read_text().strip()
-            except (OSError, ValueError):
-                continue
+        for level, size, shared in cache_indices(cpu, root):
             best.setdefault(level, {})[shared] = size
     if not best:
         return None

@@ -113,6 +113,9 @@ def test_largest_working_set_follows_the_last_level_cache(tmp_path):
         cache(cpu, 2, 2, "Unified", "1024K", str(cpu))
         cache(cpu, 3, 3, "Unified", "32768K", "0-1")
     assert pm.last_level_bytes({0, 1}, root=str(tmp_path)) == 32 * MiB
+    # the one sysfs reader both the memory and the aliasing probe use: the instruction cache left out
+    assert pm.cache_indices(0, root=str(tmp_path)) == [(1, 32 * 1024, "0"), (2, MiB, "0"), (3, 32 * MiB, "0-1")]
+    assert [pm.shared_cpu_count(x) for x in ("0", "0-1", "0-3,8,10-11")] == [1, 2, 7]
     assert pm.default_max_bytes(32 * MiB, 24 * 1024 * MiB) == 256 * MiB
     (tmp_path / "cpu1" / "cache" / "index3" / "shared_cpu_list").write_text("1\n")
     assert pm.last_level_bytes({0, 1}, root=str(tmp_path)) == 64 * MiB
