@@ -197,7 +197,7 @@ This module never touches files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numba
@@ -208,7 +208,7 @@ from .capacity import capacity_ratios, is_data_level
 from .errors import MissingSectionError
 from .memsig import (ACCESS_FETCH, ACCESS_LOAD, ACCESS_STORE, COLD_BIN, N_REUSE_BINS,
                      REUSE_BIN_EDGES_LINES)
-from .profile import AliasModel, MachineProfile
+from .profile import AliasModel, ComputeModel, MachineProfile
 
 #: overlap model kinds the convolver knows
 OVERLAP_KINDS = ("max_beta_min",)
@@ -543,6 +543,36 @@ def alias_stalls(model: AliasModel, names: Sequence[str], active_cores: int = 1)
     return tuple(float(x) for x in a)
 
 
+def compute_when_busy(comp: ComputeModel, active_cores: int) -> ComputeModel:
+    """``comp``'s rates as a core runs them with ``active_cores`` cores of its node busy: each
+    kernel's one-core rate slowed by its ``all_cores_slowdown`` (pmac.profile.ComputeModel), that
+    measured with ``all_cores_n`` busy, and taken as linear in the busy cores between one (1) and
+    ``all_cores_n`` (capped there); unchanged for one core or a model without the measurement.
+    Which rates follow which kernel: scalar flop (the dependent and the independent kernel's, FMA
+    code's, and the dependency probe's, whose ratios stay) ``flop_independent``; SIMD flop
+    ``flop_simd``; divides ``divsqrt``; the loop-carried chains ``chain``; branches ``branch``.
+    A kernel not measured leaves its rates alone. Linear in between is an assumption: the probe
+    measures one core and all of them (on two cores there is nothing in between)."""
+    if active_cores <= 1 or not comp.all_cores_slowdown:
+        return comp
+    w = min(1.0, (active_cores - 1) / max(comp.all_cores_n - 1, 1))
+    f = {k: 1.0 + (s - 1.0) * w for k, s in zip(comp.all_cores_kernels, comp.all_cores_slowdown)}
+    fl, sv, dv, ch, br = (f.get(k, 1.0) for k in ("flop_independent", "flop_simd", "divsqrt", "chain", "branch"))
+
+    def slower(rate):
+        return None if rate is None else rate / fl
+
+    return replace(comp, flop_per_s_scalar=comp.flop_per_s_scalar / fl,
+                   flop_per_s_scalar_independent=slower(comp.flop_per_s_scalar_independent),
+                   flop_per_s_scalar_fma=slower(comp.flop_per_s_scalar_fma),
+                   dependency_flop_per_s=tuple(y / fl for y in comp.dependency_flop_per_s),
+                   flop_per_s_simd=comp.flop_per_s_simd / sv,
+                   divsqrt_per_s=None if comp.divsqrt_per_s is None else comp.divsqrt_per_s / dv,
+                   chain_add_s=None if comp.chain_add_s is None else comp.chain_add_s * ch,
+                   chain_mul_s=None if comp.chain_mul_s is None else comp.chain_mul_s * ch,
+                   branch_cost_s=tuple(b * br for b in comp.branch_cost_s))
+
+
 def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: float | None = None,
                    dependency: bool | None = None, soft_capacity: bool | None = None) -> MachineCoeffs:
     """Convolver coefficients of a profile with ``active_cores`` ranks busy on its node.
@@ -588,7 +618,7 @@ def machine_coeffs(profile: MachineProfile, *, active_cores: int = 1, beta: floa
         # the curve of one core for one active core, of all cores otherwise
         n_curve = 1 if active == 1 else max((c.n_cores for c in node.bandwidth_curves), default=1)
         quantiles = tuple(tuple(r * c for r in rl) for rl, c in zip(capacity_ratios(node, n_curve), caps))
-    comp = node.compute
+    comp = compute_when_busy(node.compute, active)
     dep_x, dep_y = (), ()
     if dependency and comp.dependency_distance:
         order = np.argsort(comp.dependency_distance)

@@ -153,7 +153,8 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
         g = rows[rows["probe"] == probe]
         if g.empty:
             raise ProbeError(f"compute probe '{probe}' produced no values")
-        better = probe not in ("branch", "chain", "divpar", "divmix")   # rates: larger is better; times: smaller
+        # rates: larger is better; times: smaller (an all: row in its kernel's unit)
+        better = probe.removeprefix("all:") not in ("branch", "chain", "divpar", "divmix")
         if slow_quantile is not None:
             return g.groupby("param", sort=True)["value"].agg(
                 lambda v: at_slow_quantile(v.to_numpy(), slow_quantile, larger_is_better=better))
@@ -178,7 +179,7 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
         divsqrt_per_s=float(ds.iloc[0]) if ds is not None else None,
         chain_add_s=chain_add,
         chain_mul_s=float(ch[1.0]) if ch is not None and 1.0 in ch.index else None,
-        flop_per_s_scalar_independent=ind, flop_per_s_scalar_fma=fma)
+        flop_per_s_scalar_independent=ind, flop_per_s_scalar_fma=fma, **all_cores_slowdown(rows, med))
     # the divpar kernels (probes before 29 Nov 2026: divmix, probes/compute.py), their other work at
     # the price the convolver gives scalar flop
     mix = next((k for k in ("divpar", "divmix") if (rows["probe"] == k).any()), None)
@@ -187,6 +188,26 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
     return dataclasses.replace(model, divider_beta=divider_beta(
         med(mix), divsqrt_per_s=model.divsqrt_per_s, flop_per_s_scalar=model.scalar_rate,
         chain_add_s=chain_add, branch_s=float(br.iloc[0])))
+
+
+def all_cores_slowdown(rows: pd.DataFrame, med) -> dict:
+    """The ComputeModel fields of the ``all:KERNEL`` rows (probes/compute.py): per kernel measured
+    both ways, its time a core with every core busy over its time alone, each at ``med``'s
+    statistic (a point's value by param, as compute_model takes them; the branch kernel's alone
+    at p = 0, the chain's at its adds); {} without such rows (probes before 29 Nov 2026, one core)."""
+    names, ratios, n = [], [], None
+    for kernel in dict.fromkeys(p.removeprefix("all:") for p in rows["probe"].unique() if p.startswith("all:")):
+        if not (rows["probe"] == kernel).any():
+            continue
+        busy, alone = med(f"all:{kernel}"), med(kernel)
+        alone = float(alone[0.0] if kernel in ("branch", "chain") else alone.iloc[0])
+        both = float(busy.iloc[-1])
+        n = int(busy.index[-1])
+        names.append(kernel)
+        ratios.append(both / alone if kernel in ("branch", "chain") else alone / both)
+    if not names:
+        return {}
+    return {"all_cores_n": n, "all_cores_kernels": tuple(names), "all_cores_slowdown": tuple(ratios)}
 
 
 def divider_beta(kernels: pd.Series, *, divsqrt_per_s: float, flop_per_s_scalar: float,

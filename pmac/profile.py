@@ -28,7 +28,7 @@ from .table import TableSpec, load_tables
 
 KIND = "pmac.machine"
 #: current schema version of machine profiles (history below)
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, compute, curves), network "
                            "(intra/inter-node links, collectives), overlap, raw sidecar",
                         2: "node.compute.divsqrt_per_s (optional): divide and square-root operations "
@@ -83,12 +83,16 @@ register_kind(KIND, SCHEMA_VERSION, {1: "first version: node (caches, memory, co
                             "priced as two flop at the scalar rate)",
                         18: "node.alias (optional: the stall of a load that 4 KiB-aliases a recent store, in a "
                             "loop streaming from each level, probes/alias.py); version 17 files have none (such "
-                            "loads not priced)"},
+                            "loads not priced)",
+                        19: "node.compute.all_cores_n, all_cores_kernels, all_cores_slowdown (optional: how much "
+                            "longer the compute kernels take a core with every core busy, probes/compute.py "
+                            "``all:KERNEL``); version 18 files have none (compute priced at one core's rates)"},
               migrations={1: lambda body: body, 2: lambda body: body, 3: lambda body: body, 4: lambda body: body,
                           5: lambda body: body, 6: lambda body: body, 7: lambda body: body, 8: lambda body: body,
                           9: lambda body: body, 10: lambda body: body, 11: lambda body: body,
                           12: lambda body: body, 13: lambda body: body, 14: lambda body: body,
-                          15: lambda body: body, 16: lambda body: body, 17: lambda body: body})
+                          15: lambda body: body, 16: lambda body: body, 17: lambda body: body,
+                          18: lambda body: body})
 
 #: Access kinds of the bandwidth probes. Loads are unit-stride or random (gather); stores
 #: write unit-stride; copy reads one array and writes another (bytes counted both ways).
@@ -234,6 +238,15 @@ class ComputeModel:
     #: ``flop_fma``: twelve independent FMAs an element, two flop each). None where not measured:
     #: the convolver then prices an FMA as two flop at ``scalar_rate``
     flop_per_s_scalar_fma: float | None = None
+    #: how much longer a kernel takes on each core when ``all_cores_n`` cores run it at once than on
+    #: one core alone (probes/compute.py ``all:KERNEL``: a lower all-core clock, hyperthreads sharing
+    #: a core's ports, a hypervisor that cannot run every vCPU at once), by kernel
+    #: (``all_cores_kernels``, names of the compute probe's kernels: flop_independent, flop_simd,
+    #: divsqrt, chain, branch). Empty where not measured: the convolver then prices compute at one
+    #: core's rates however many cores are busy (pmac.convolve.compute_when_busy)
+    all_cores_n: int | None = None
+    all_cores_kernels: tuple[str, ...] = ()
+    all_cores_slowdown: tuple[float, ...] = ()
 
     @property
     def scalar_rate(self) -> float:
@@ -260,6 +273,12 @@ class ComputeModel:
             raise ValueError("dependency_distance and dependency_flop_per_s differ in length")
         if len(self.branch_miss_frac) != len(self.branch_cost_s):
             raise ValueError("branch_miss_frac and branch_cost_s differ in length")
+        if len(self.all_cores_kernels) != len(self.all_cores_slowdown):
+            raise ValueError("all_cores_kernels and all_cores_slowdown differ in length")
+        if self.all_cores_kernels and (self.all_cores_n is None or self.all_cores_n < 2):
+            raise ValueError(f"all_cores_n must be 2 or more where all_cores_slowdown is given, not {self.all_cores_n}")
+        if any(not (x > 0) for x in self.all_cores_slowdown):
+            raise ValueError("all_cores_slowdown must be positive")
 
 
 @dataclass(frozen=True, kw_only=True)

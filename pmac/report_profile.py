@@ -90,6 +90,9 @@ def format_profile(profile: MachineProfile) -> str:
             if c.branch_miss_frac:
                 pts = ", ".join(f"{f:g}: {fq(s, 's')}" for f, s in zip(c.branch_miss_frac, c.branch_cost_s))
                 lines.append(f"    branch miss fraction -> cost: {pts}")
+            if c.all_cores_slowdown:
+                pts = ", ".join(f"{k} x{v:.2f}" for k, v in zip(c.all_cores_kernels, c.all_cores_slowdown))
+                lines.append(f"    {c.all_cores_n} cores busy, a kernel's time a core against one alone: {pts}")
         if n.fetch is not None:
             f = n.fetch
             seq = f", in order {fq(f.miss_sequential_s, 's')}" if f.miss_sequential_s is not None else ""

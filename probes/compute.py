@@ -67,6 +67,18 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   the miss fraction a last-outcome predictor would have on that stream, the unit memory
   signatures use for ``branch_miss_frac``.
 
+- ``all:KERNEL`` (param: the number of cores busy; value: the kernel's own unit, per core): five of
+  the kernels above (``ALL_CORES_KERNELS``: the independent and SIMD flop, the divider, the chain of
+  adds, the branch never taken) run on every core at once, one numba thread a core each on its own
+  copy of the data, timed until the slowest is done. Why: an MPI job runs a rank on every core, and
+  a core does not run as fast when its neighbours are busy: a lower all-core clock on bare metal, a
+  shared core's ports when two "cores" are one core's hyperthreads, a hypervisor that cannot run
+  all of a guest's vCPUs at once. On the Cascade Lake VM (29 Nov 2026, two processes pinned one to
+  each vCPU, alternating one second alone and one second both busy, 20 of each) the flop kernel
+  took 1.40 and the divider 1.62 times as long with both busy in one pass, 1.00-1.08 in the next
+  two: a host state, like the others this VM moves between. The convolver prices a burst's compute
+  at these rates when the job keeps the node's cores busy (pmac.convolve.compute_when_busy).
+
 The instruction set the kernels were compiled for is recorded (``isa()``): the LLVM target CPU
 name numba uses and its features.
 """
@@ -79,7 +91,7 @@ import sys
 import time
 
 import numpy as np
-from numba import njit
+from numba import get_num_threads, njit, prange, set_num_threads
 
 _POLY = 8  # multiply-adds per element in the flop kernels
 
@@ -265,6 +277,29 @@ def chain_ops_per_iteration() -> int:
 
 DEP_DISTANCES = (1, 2, 3, 4, 6, 8, 12, 16)
 
+#: bytes of the branch kernel's outcome array (one a branch)
+BRANCH_ELEMENTS = 1 << 20
+
+#: the kernels the probe also runs on every core at once (``all:KERNEL`` rows)
+ALL_CORES_KERNELS = ("flop_independent", "flop_simd", "divsqrt", "chain", "branch")
+
+
+@functools.lru_cache(maxsize=None)
+def on_all_cores(kernel: str):
+    """``f(xs, reps, *args)``: kernel ``kernel`` (one of :data:`ALL_CORES_KERNELS`) run ``reps``
+    times on each row of ``xs`` at once, one numba thread a row (``parallel=True``, prange over the
+    rows: one a thread when there are as many threads as rows), returning when the slowest is done.
+    The branch kernel's third argument, its sink, is 2-D too (a row a thread)."""
+    call = {"flop_independent": ("_flop_independent", "xs[t], reps, a, b"),
+            "flop_simd": ("_flop_simd", "xs[t], reps, a, b"), "divsqrt": ("_divsqrt_scalar", "xs[t], reps"),
+            "chain": ("_chain_add", "xs[t], reps"), "branch": ("_branchy", "xs[t], reps, a[t]")}[kernel]
+    name, args = call
+    ns: dict = {"np": np, "prange": prange, "k": globals()[name]}
+    src = (f"def on_all_{kernel}(xs, reps, a=0.0, b=0.0):\n    out = np.zeros(xs.shape[0])\n"
+           f"    for t in prange(xs.shape[0]):\n        out[t] = k({args})\n    return out.sum()\n")
+    exec(compile(src, f"<on_all_{kernel}>", "exec"), ns)
+    return njit(cache=False, parallel=True)(ns[f"on_all_{kernel}"])
+
 
 @njit(cache=True)
 def _branchy(r, reps, out):
@@ -353,7 +388,7 @@ def run(*, quick: bool = False, progress=None, threshold: float = 0.02,
 
     probabilities = (0.0, 0.1, 0.25, 0.5) if quick else (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
     distances = (1, 2, 4, 8, 16) if quick else DEP_DISTANCES
-    steps = rounds * (7 + len(distances) + len(probabilities))
+    steps = rounds * (8 + len(distances) + len(probabilities))
     done = 0
 
     def tick(msg):
@@ -406,11 +441,56 @@ def _one_round(quick, target, rmin, rmax, threshold, probabilities, distances, a
     out = np.zeros(1024, dtype=np.int64)
     for p in probabilities:
         tick(f"branch p={p}")
-        r = (rng.random(1 << 20) < p).astype(np.uint8)
+        r = (rng.random(BRANCH_ELEMENTS) < p).astype(np.uint8)
         vals = _timeit(lambda n: _branchy(r, n, out), target, rmin, rmax, threshold,
                        scale=lambda n, dt: dt / (n * r.size))
         add("branch", p, vals)
         add("branch_miss", p, [2 * p * (1 - p)])
+    _all_cores_round(x, c, e, target, rmin, rmax, threshold, add, tick)
+
+
+def busy_cores() -> int:
+    """How many cores the ``all:`` kernels keep busy: those this process may run on, at most as
+    many as numba has threads."""
+    import os
+
+    import numba
+
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        n = os.cpu_count() or 1
+    return min(n, numba.config.NUMBA_NUM_THREADS)
+
+
+def _all_cores_round(x, c, e, target, rmin, rmax, threshold, add, tick):
+    """The ``all:KERNEL`` rows of one round (module docstring); nothing on one core."""
+    n = busy_cores()
+    if n < 2:
+        return
+    tick("all cores")
+    before = get_num_threads()
+    set_num_threads(n)
+    try:
+        xs = np.ascontiguousarray(np.tile(x, (n, 1)))
+        never = np.zeros((n, BRANCH_ELEMENTS), dtype=np.uint8)
+        sinks = np.zeros((n, 1024), dtype=np.int64)
+        per_element = {"flop_independent": FLOP_PER_ELEMENT_INDEPENDENT, "flop_simd": FLOP_PER_ELEMENT,
+                       "divsqrt": DIVSQRT_PER_ELEMENT}
+        for kernel in ALL_CORES_KERNELS:
+            f = on_all_cores(kernel)
+            if kernel == "branch":
+                vals = _timeit(lambda k, f=f: f(never, k, sinks), target, rmin, rmax, threshold,
+                               scale=lambda k, dt: dt / (k * BRANCH_ELEMENTS))
+            elif kernel == "chain":
+                vals = _timeit(lambda k, f=f: f(xs, k), target, rmin, rmax, threshold,
+                               scale=lambda k, dt: dt / (k * x.size))
+            else:
+                vals = _timeit(lambda k, f=f: f(xs, k, c, e), target, rmin, rmax, threshold,
+                               scale=lambda k, dt, m=per_element[kernel]: m * x.size * k / dt)
+            add(f"all:{kernel}", n, vals)
+    finally:
+        set_num_threads(before)
 
 
 def tables(rows) -> dict[str, np.ndarray]:

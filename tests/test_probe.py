@@ -157,6 +157,31 @@ def test_branch_and_dependency_probes_measure_something():
     # (38 flop beside the divider) take longer than two, and than the divider kernel's element
     assert sorted(p for (n, p) in med if n == "divpar") == [float(k) for k in pc.DIVMIX_TERMS]
     assert med[("divpar", 12.0)] > med[("divpar", 2.0)] and med[("divpar", 12.0)] > pc.DIVSQRT_PER_ELEMENT / div_rate
+    # every core at once: the five kernels, each with every core busy (param), in its one-core unit
+    n = pc.busy_cores()
+    if n > 1:
+        assert sorted(k for (k, p) in med if k.startswith("all:")) == sorted(f"all:{k}" for k in pc.ALL_CORES_KERNELS)
+        assert {p for (k, p) in med if k.startswith("all:")} == {float(n)}
+        # a core is never much faster for its neighbours' work (a generous bound: the host moves)
+        assert med[("all:divsqrt", float(n))] < 1.5 * div_rate
+        assert med[("all:branch", float(n))] > 0.5 * med[("branch", 0.0)]
+
+
+def test_all_cores_kernels_run_each_row_as_the_one_core_kernel():
+    """on_all_cores(kernel)(rows, reps, ...) is the one-core kernel run on every row, summed: by
+    hand against the kernels themselves, two rows (numba threads) of different data."""
+    xs = np.stack([np.linspace(0.5, 1.0, 64), np.linspace(0.25, 0.75, 64)])
+    c, e = 0.999, 1e-4
+    for kernel, one in (("flop_independent", pc._flop_independent), ("flop_simd", pc._flop_simd)):
+        assert pc.on_all_cores(kernel)(xs, 3, c, e) == pytest.approx(one(xs[0], 3, c, e) + one(xs[1], 3, c, e), rel=1e-12)
+    for kernel, one in (("divsqrt", pc._divsqrt_scalar), ("chain", pc._chain_add)):
+        assert pc.on_all_cores(kernel)(xs, 2) == pytest.approx(one(xs[0], 2) + one(xs[1], 2), rel=1e-12)
+    r = np.zeros((2, 100), dtype=np.uint8)
+    r[1, :10] = 1
+    sinks = np.zeros((2, 1024), dtype=np.int64)
+    # never taken: 3 an element; taken: 1 (the store's side)
+    assert pc.on_all_cores("branch")(r, 2, sinks) == 2 * (100 * 3) + 2 * (10 * 1 + 90 * 3)
+    assert sinks[1, 9] == 9 and sinks[0].sum() == 0
 
 
 def test_independent_flop_kernel_counts_its_flop():
@@ -564,6 +589,37 @@ def test_divider_beta_from_the_divmix_kernels_by_hand():
     assert m.divider_beta == pytest.approx(0.3, rel=1e-9)
     assert m.flop_per_s_scalar == rs / 2 and m.flop_per_s_scalar_independent == rs and m.scalar_rate == rs
     assert compute_model(dep, {"cpu_name": "x", "llvmlite": "y"}).divider_beta != pytest.approx(0.3, abs=0.05)
+
+
+def test_all_cores_slowdown_from_the_probe_rows_by_hand():
+    """compute_model reads the all:KERNEL rows as each kernel's time a core with every core busy
+    over its time alone, at the profile's statistic: rates (flop, divides) as alone / busy, times
+    (branch at p = 0, chain adds) as busy / alone; a table without them has none."""
+    import pandas as pd
+
+    from pmac.probe import compute_model
+
+    rs, rd, c0, ch = 6e9, 5e8, 1e-9, 1.3e-9
+    rows = [("flop_scalar", 64.0, i, 4e9) for i in range(5)] + [("flop_simd", 256.0, i, 3e10) for i in range(5)]
+    rows += [("flop_independent", 64.0, i, rs) for i in range(5)] + [("divsqrt", 64.0, i, rd) for i in range(5)]
+    rows += [("dependency", 1.0, i, 1e9) for i in range(5)] + [("branch_miss", 0.0, 0, 0.0), ("branch_miss", 0.5, 0, 0.5)]
+    rows += [("branch", 0.0, i, c0) for i in range(5)] + [("branch", 0.5, i, 7 * c0) for i in range(5)]
+    rows += [("chain", 0.0, i, ch) for i in range(5)] + [("chain", 1.0, i, 1.1 * ch) for i in range(5)]
+    base = pd.DataFrame(rows, columns=["probe", "param", "rep", "value"])
+    busy = [("all:flop_independent", 2.0, i, rs / 1.4) for i in range(5)] + [("all:divsqrt", 2.0, i, rd / 1.6) for i in range(5)]
+    busy += [("all:branch", 2.0, i, c0 * 1.1) for i in range(5)] + [("all:chain", 2.0, i, ch) for i in range(5)]
+    busy += [("all:divsqrt", 2.0, 5 + i, rd / 3) for i in range(3)]     # three slow repetitions: not the best
+    df = pd.concat([base, pd.DataFrame(busy, columns=base.columns)], ignore_index=True)
+    m = compute_model(df, {"cpu_name": "x", "llvmlite": "y"})
+    assert m.all_cores_n == 2
+    got = dict(zip(m.all_cores_kernels, m.all_cores_slowdown))
+    assert got == pytest.approx({"flop_independent": 1.4, "divsqrt": 1.6, "branch": 1.1, "chain": 1.0}, rel=1e-12)
+    # at the median of all repetitions the slow ones count: 8 divider rows, the median between rd / 1.6 and rd / 3
+    q = dict(zip(*[compute_model(df, {"cpu_name": "x", "llvmlite": "y"}, slow_quantile=0.5).__getattribute__(a)
+                   for a in ("all_cores_kernels", "all_cores_slowdown")]))
+    assert q["divsqrt"] == pytest.approx(rd / np.quantile([rd / 1.6] * 5 + [rd / 3] * 3, 0.5), rel=1e-12)
+    none = compute_model(base, {"cpu_name": "x", "llvmlite": "y"})
+    assert none.all_cores_n is None and none.all_cores_kernels == () and none.all_cores_slowdown == ()
 
 
 @pytest.mark.parametrize("kernel", ["divpar_kernel", "divmix_kernel"])

@@ -315,6 +315,54 @@ def test_version_16_profile_loads_without_the_fma_rate(tmp_path):
         load_profile(tmp_path / "bad.yaml")
 
 
+def test_version_18_profile_loads_without_all_cores_and_busy_cores_slow_the_compute(tmp_path):
+    """Version 19 added node.compute.all_cores_n / all_cores_kernels / all_cores_slowdown (optional):
+    a version-18 file loads with none and the convolver prices compute at one core's rates however
+    many cores are busy; measured, they round-trip, ``pmac show`` prints them, and with the node's
+    cores busy each rate follows its kernel's slowdown (by hand below; the SIMD rate, not measured
+    here, stays); two busy of four take a third of it (linear between one core and all_cores_n);
+    kernels and slowdowns of different lengths are refused with the file named."""
+    from pmac.convolve import compute_when_busy, machine_coeffs
+    from pmac.report_profile import format_profile
+    from synth import two_level_profile
+
+    p = two_level_profile()
+    c = p.node.compute
+    save_profile(p, tmp_path / "v18.yaml")
+    text = (tmp_path / "v18.yaml").read_text()
+    assert "    all_cores_n: null\n" in text
+    (tmp_path / "v18.yaml").write_text(text.replace(f"schema_version: {PROFILE_VERSION}", "schema_version: 18")
+                                       .replace("    all_cores_n: null\n", "").replace("    all_cores_kernels: []\n", "")
+                                       .replace("    all_cores_slowdown: []\n", ""))
+    back = load_profile(tmp_path / "v18.yaml")
+    assert back == p and back.node.compute.all_cores_slowdown == ()
+    one, two = machine_coeffs(back, active_cores=1), machine_coeffs(back, active_cores=2)
+    assert (two.flop_per_s_scalar, two.branch_cost_s) == (one.flop_per_s_scalar, one.branch_cost_s)
+    comp = dataclasses.replace(c, divsqrt_per_s=5e8, chain_add_s=1e-9, chain_mul_s=2e-9, all_cores_n=2,
+                               all_cores_kernels=("flop_independent", "divsqrt", "branch", "chain"),
+                               all_cores_slowdown=(1.5, 2.0, 1.25, 1.1))
+    q = dataclasses.replace(p, node=dataclasses.replace(p.node, compute=comp))
+    save_profile(q, tmp_path / "v19.yaml")
+    back = load_profile(tmp_path / "v19.yaml")
+    assert back == q
+    assert "2 cores busy, a kernel's time a core against one alone: flop_independent x1.50, divsqrt x2.00, " \
+           "branch x1.25, chain x1.10" in format_profile(back)
+    one, two = machine_coeffs(back, active_cores=1), machine_coeffs(back, active_cores=2)
+    assert one.flop_per_s_scalar == c.flop_per_s_scalar and one.divsqrt_per_s == 5e8
+    assert two.flop_per_s_scalar == pytest.approx(c.flop_per_s_scalar / 1.5, rel=1e-12)
+    assert two.divsqrt_per_s == pytest.approx(2.5e8, rel=1e-12)
+    assert two.branch_cost_s == pytest.approx(tuple(1.25 * b for b in one.branch_cost_s), rel=1e-12)
+    assert (two.chain_add_s, two.chain_mul_s) == pytest.approx((1.1e-9, 2.2e-9), rel=1e-12)
+    assert two.flop_per_s_simd == one.flop_per_s_simd
+    assert two.dep_slowdown_ratio == pytest.approx(one.dep_slowdown_ratio, rel=1e-12)     # ratios stay
+    four = compute_when_busy(dataclasses.replace(comp, all_cores_n=4), 2)
+    assert four.divsqrt_per_s == pytest.approx(5e8 / (1 + 1.0 / 3), rel=1e-12)
+    assert compute_when_busy(dataclasses.replace(comp, all_cores_n=4), 9).divsqrt_per_s == pytest.approx(2.5e8)
+    (tmp_path / "bad.yaml").write_text((tmp_path / "v19.yaml").read_text().replace(", chain]", "]", 1))
+    with pytest.raises(InputError, match=r"bad\.yaml.*all_cores_kernels and all_cores_slowdown differ in length"):
+        load_profile(tmp_path / "bad.yaml")
+
+
 def test_version_9_profile_loads_without_divider_beta_and_it_round_trips(tmp_path):
     """Version 10 added node.compute.divider_beta (optional, in [0, 1]): a version-9 file loads
     with none (the convolver's 0); a value round-trips and reaches the convolver; out of [0, 1]
