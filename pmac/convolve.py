@@ -94,6 +94,15 @@ triad (an FMA, two loads, a store and the loop's branch an element) 30 % dear. W
 capture: a core with more adders than FMA units (Zen 4: two of each) runs a mix of the two faster
 than the sum of their prices; SIMD FMAs are in ``flop_per_s_simd`` already (its kernel contracts).
 
+**Busy neighbours.** Every compute rate above is one core's, the other cores idle. A profile whose
+probe also ran its kernels on every core at once (profile schema 19, ``ComputeModel.all_cores_*``:
+probes/compute.py ``all:KERNEL``) prices a burst of a job that keeps ``a`` of the node's cores busy
+at those rates: each kernel's time a core slowed by its measured ratio, linearly between one core
+and the ``all_cores_n`` the probe kept busy (:func:`compute_when_busy`, which says which rate
+follows which kernel). Why: a lower all-core clock (bare metal), hyperthreads sharing one core's
+ports, a hypervisor that cannot run every vCPU at once: the memory plateaus have their all-cores
+side for the same reason.
+
 **Loop-carried chains.** A burst's ``fp_recurrence`` (pmac_vg: FP operations on dependency
 chains carried from one loop iteration to the next, e.g. the add of ``s += a[i] * b[i]``
 compiled without reassociation) cannot overlap with each other on any core: the flop time is

@@ -73,11 +73,12 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   copy of the data, timed until the slowest is done. Why: an MPI job runs a rank on every core, and
   a core does not run as fast when its neighbours are busy: a lower all-core clock on bare metal, a
   shared core's ports when two "cores" are one core's hyperthreads, a hypervisor that cannot run
-  all of a guest's vCPUs at once. On the Cascade Lake VM (29 Nov 2026, two processes pinned one to
-  each vCPU, alternating one second alone and one second both busy, 20 of each) the flop kernel
-  took 1.40 and the divider 1.62 times as long with both busy in one pass, 1.00-1.08 in the next
-  two: a host state, like the others this VM moves between. The convolver prices a burst's compute
-  at these rates when the job keeps the node's cores busy (pmac.convolve.compute_when_busy).
+  all of a guest's vCPUs at once. On the Cascade Lake VM (29 Nov 2026, ``python
+  bench/all_cores_compute --rounds 8``) the kernels took 1.01-1.19 times as long with both vCPUs
+  busy (medians of the rounds; single rounds 0.93-2.97, as the host moves between its states) and
+  nbody's interaction at one rank a core 1.13 times its time at one rank. The convolver prices a
+  burst's compute at these rates when the job keeps the node's cores busy
+  (pmac.convolve.compute_when_busy).
 
 The instruction set the kernels were compiled for is recorded (``isa()``): the LLVM target CPU
 name numba uses and its features.
