@@ -464,6 +464,32 @@ def busy_cores() -> int:
     return min(n, numba.config.NUMBA_NUM_THREADS)
 
 
+def all_cores_calls(x, n: int, c: float, e: float) -> dict[str, tuple]:
+    """Per kernel of :data:`ALL_CORES_KERNELS`: ``(alone, busy, scale)``, the kernel called ``reps``
+    times on ``x`` on one core (``alone(reps)``) and on ``n`` copies of it at once, one numba thread
+    each (``busy(reps)``, :func:`on_all_cores`; the caller sets numba's thread count), and
+    ``scale(reps, seconds)``, a call's value in the one-core kernel's unit, per core (flop or divider
+    operations a second, seconds an operation or a branch). The branch kernel runs over its own
+    never-taken outcome array, as the state check's loop does."""
+    xs = np.ascontiguousarray(np.tile(x, (n, 1)))
+    never, nevers = np.zeros(BRANCH_ELEMENTS, np.uint8), np.zeros((n, BRANCH_ELEMENTS), np.uint8)
+    sink, sinks = np.zeros(1024, np.int64), np.zeros((n, 1024), np.int64)
+
+    def rate(per_element):
+        return lambda k, dt: per_element * x.size * k / dt
+
+    return {"flop_independent": (lambda k: _flop_independent(x, k, c, e),
+                                 lambda k: on_all_cores("flop_independent")(xs, k, c, e), rate(FLOP_PER_ELEMENT_INDEPENDENT)),
+            "flop_simd": (lambda k: _flop_simd(x, k, c, e), lambda k: on_all_cores("flop_simd")(xs, k, c, e),
+                          rate(FLOP_PER_ELEMENT)),
+            "divsqrt": (lambda k: _divsqrt_scalar(x, k), lambda k: on_all_cores("divsqrt")(xs, k),
+                        rate(DIVSQRT_PER_ELEMENT)),
+            "chain": (lambda k: _chain_add(x, k), lambda k: on_all_cores("chain")(xs, k),
+                      lambda k, dt: dt / (k * x.size)),
+            "branch": (lambda k: _branchy(never, k, sink), lambda k: on_all_cores("branch")(nevers, k, sinks),
+                       lambda k, dt: dt / (k * BRANCH_ELEMENTS))}
+
+
 def _all_cores_round(x, c, e, target, rmin, rmax, threshold, add, tick):
     """The ``all:KERNEL`` rows of one round (module docstring); nothing on one core."""
     n = busy_cores()
@@ -473,23 +499,8 @@ def _all_cores_round(x, c, e, target, rmin, rmax, threshold, add, tick):
     before = get_num_threads()
     set_num_threads(n)
     try:
-        xs = np.ascontiguousarray(np.tile(x, (n, 1)))
-        never = np.zeros((n, BRANCH_ELEMENTS), dtype=np.uint8)
-        sinks = np.zeros((n, 1024), dtype=np.int64)
-        per_element = {"flop_independent": FLOP_PER_ELEMENT_INDEPENDENT, "flop_simd": FLOP_PER_ELEMENT,
-                       "divsqrt": DIVSQRT_PER_ELEMENT}
-        for kernel in ALL_CORES_KERNELS:
-            f = on_all_cores(kernel)
-            if kernel == "branch":
-                vals = _timeit(lambda k, f=f: f(never, k, sinks), target, rmin, rmax, threshold,
-                               scale=lambda k, dt: dt / (k * BRANCH_ELEMENTS))
-            elif kernel == "chain":
-                vals = _timeit(lambda k, f=f: f(xs, k), target, rmin, rmax, threshold,
-                               scale=lambda k, dt: dt / (k * x.size))
-            else:
-                vals = _timeit(lambda k, f=f: f(xs, k, c, e), target, rmin, rmax, threshold,
-                               scale=lambda k, dt, m=per_element[kernel]: m * x.size * k / dt)
-            add(f"all:{kernel}", n, vals)
+        for kernel, (_, busy, scale) in all_cores_calls(x, n, c, e).items():
+            add(f"all:{kernel}", n, _timeit(busy, target, rmin, rmax, threshold, scale=scale))
     finally:
         set_num_threads(before)
 

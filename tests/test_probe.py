@@ -182,6 +182,12 @@ def test_all_cores_kernels_run_each_row_as_the_one_core_kernel():
     # never taken: 3 an element; taken: 1 (the store's side)
     assert pc.on_all_cores("branch")(r, 2, sinks) == 2 * (100 * 3) + 2 * (10 * 1 + 90 * 3)
     assert sinks[1, 9] == 9 and sinks[0].sum() == 0
+    # the calls the probe and bench/all_cores_compute time, and their values by hand (x of 64 elements)
+    calls = pc.all_cores_calls(xs[0], 2, c, e)
+    assert list(calls) == list(pc.ALL_CORES_KERNELS)
+    assert calls["divsqrt"][2](3, 2.0) == pc.DIVSQRT_PER_ELEMENT * 64 * 3 / 2.0
+    assert calls["chain"][2](3, 2.0) == 2.0 / (3 * 64) and calls["branch"][2](2, 1.0) == 1.0 / (2 * pc.BRANCH_ELEMENTS)
+    assert calls["flop_independent"][1](2) == pytest.approx(2 * calls["flop_independent"][0](2), rel=1e-12)
 
 
 def test_independent_flop_kernel_counts_its_flop():
