@@ -24,6 +24,12 @@ the median of its fastest few repetitions (the probe's stop rule, ``best``). Two
   times, their repetitions concatenated point by point and refitted: a profile that describes the
   machine over the whole span, e.g. probes interleaved with an application's runs on a shared
   host (``bench/accuracy --interleave``). ``pmac pool`` writes it with its own sidecar.
+- :func:`standing_apart`: the probes among three or more whose figures (memory plateaus, compute
+  rates, network latency and bandwidth) stand more than a factor (:data:`APART_FACTOR`) from the
+  other probes' median: a probe that met a disturbed host (a neighbour's burst of memory traffic
+  through one probe). :func:`pool` names them in its warnings, or leaves them out when asked
+  (``pmac pool --drop-apart``). A median statistic already bounds what one such probe among many
+  moves; with a few probes, or at ``best``, one probe can set a point.
 """
 
 from __future__ import annotations
@@ -197,12 +203,81 @@ def _collective_loop_of(profile: MachineProfile) -> str | None:
     return nets[0].collective_loop if nets else None
 
 
+#: how far (a factor either way) a probe's figure may stand from the median of the other probes'
+#: before :func:`standing_apart` names it. A host that flickers between a fast and a slow state
+#: moves a probe's figures by up to some 2.3x (the Cascade Lake VM's state checks, 0.44-1.0);
+#: a probe that met a neighbour's memory traffic stood 5-25x apart (bench/results/README.md, 04:44).
+APART_FACTOR = 3.0
+
+
+def figures(profile: MachineProfile) -> dict[str, float]:
+    """The figures of a probed profile that :func:`standing_apart` compares, by name: each cache
+    level's and memory's plateau bandwidth per access kind, one core and all cores; the compute
+    rates (scalar, SIMD, divider); each link's one-way time of its smallest message (its fitted
+    latency, what remains of that time beside the overheads, is a small difference that moves by
+    10x from one probe to the next) and bandwidth. Only positive values."""
+    out: dict[str, float] = {}
+    node = profile.node
+    if node is not None:
+        levels = [(c.name, c) for c in node.caches] + [("memory", node.memory)]
+        for level, lv in levels:
+            for side, bws in (("1 core", lv.bandwidth_1core_bytes_per_s), ("all cores", lv.bandwidth_allcores_bytes_per_s)):
+                out.update({f"{level} {kind} bandwidth, {side}": bw for kind, bw in bws.items()})
+        if node.compute is not None:
+            c = node.compute
+            out.update({"scalar flop rate": c.scalar_rate, "SIMD flop rate": c.flop_per_s_simd,
+                        "divider rate": c.divsqrt_per_s})
+    net = profile.network
+    for where in ("intra_node", "inter_node"):
+        link = getattr(net, where, None) if net is not None else None
+        if link is not None:
+            small = link.one_way_s[0] if link.one_way_s else link.latency_s
+            out.update({f"{where} smallest message's one-way time": small, f"{where} bandwidth": link.bandwidth_bytes_per_s})
+    return {k: float(v) for k, v in out.items() if v is not None and v > 0}
+
+
+def standing_apart(profiles: Sequence[MachineProfile], factor: float = APART_FACTOR) -> dict[int, list[str]]:
+    """``{i: [what, ...]}``: the probes among ``profiles`` (three or more; two cannot say which is
+    off) with a figure (:func:`figures`) more than ``factor`` times above or below the median of
+    all the probes' (which holds while fewer than half are off; a yardstick of the others alone
+    would, among four probes two of them off, name the two good ones too); ``what`` names the
+    figure and its ratio, largest departures first."""
+    if len(profiles) < 3:
+        return {}
+    import math
+    import statistics
+
+    figs = [figures(p) for p in profiles]
+    out: dict[int, list[str]] = {}
+    middle = {key: statistics.median(f[key] for f in figs if key in f) for key in {k for f in figs for k in f}}
+    for i, own in enumerate(figs):
+        far = []
+        for key, v in own.items():
+            if sum(key in f for f in figs) >= 3:
+                r = v / middle[key]
+                if r > factor or r < 1 / factor:
+                    far.append((abs(math.log(r)), f"{key} {r:.3g}x"))
+        if far:
+            out[i] = [w for _, w in sorted(far, key=lambda t: (-t[0], t[1]))]
+    return out
+
+
+_APART = " stands apart from the other"
+
+
+def apart_notes(profile: MachineProfile) -> list[str]:
+    """The warnings :func:`pool` wrote into ``profile``'s provenance about probes standing apart."""
+    return [w for w in profile.provenance.get("warnings", []) if _APART in w]
+
+
 def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
-         command: str | None = None) -> tuple[MachineProfile, dict[str, pd.DataFrame]]:
+         command: str | None = None, drop_apart: bool = False) -> tuple[MachineProfile, dict[str, pd.DataFrame]]:
     """(profile, raw tables) of the probes ``paths`` pooled (module docstring): every probe of one
     machine, each with its raw sidecar. The newest probe gives what is not refitted (description,
     provenance of the probe), the provenance records the inputs (file, sha256, probe time) and the
-    statistic. InputError naming the file for a probe of another machine or without a sidecar."""
+    statistic. InputError naming the file for a probe of another machine or without a sidecar.
+    Probes standing apart from the others (:func:`standing_apart`) are named in the provenance's
+    warnings, and with ``drop_apart`` left out (``dropped`` in the provenance; never all of them)."""
     from .schema import provenance, sha256_file
 
     if not paths:
@@ -231,6 +306,16 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
                              "whose collectives were timed alike pool", path=p)
         profs.append(prof)
         raws.append(raw)
+    apart = standing_apart(profs)
+    used = [i for i in range(len(profs)) if not (drop_apart and i in apart)] or list(range(len(profs)))
+    notes = [f"probe {paths[i]}{_APART} {len(profs) - 1}: " + ", ".join(what[:4])
+             + (f" and {len(what) - 4} more figure(s)" if len(what) > 4 else "")
+             + (" (left out: --drop-apart)" if i not in used else
+                " (kept: every probe stands apart in some figure)" if drop_apart else
+                " (pmac pool --drop-apart leaves it out)")
+             for i, what in apart.items()]
+    dropped = [str(paths[i]) for i in range(len(profs)) if i not in used]
+    paths, profs, raws = [paths[i] for i in used], [profs[i] for i in used], [raws[i] for i in used]
     newest = max(range(len(profs)), key=lambda i: str(profs[i].provenance.get("created_utc", "")))
     base = profs[newest]
     raw = pool_raw(raws)
@@ -247,7 +332,9 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
     recorded = [pr.provenance["pages"] for pr in profs if _pages_of(pr)]
     if recorded:    # one mode (checked above), whichever probe is the newest
         prov["pages"] = recorded[0]
-    prov["warnings"] = list(dict.fromkeys(w for pr in profs for w in pr.provenance.get("warnings", [])))
+    if dropped:
+        prov["dropped"] = dropped
+    prov["warnings"] = list(dict.fromkeys([*(w for pr in profs for w in pr.provenance.get("warnings", [])), *notes]))
     fitted = dataclasses.replace(fitted, provenance=prov, raw_file=None, raw_sha256=None,
                                  description=f"{len(profs)} probe{'s' if len(profs) > 1 else ''} pooled ({statistic}): "
                                              f"{base.description}")

@@ -285,23 +285,6 @@ BRANCH_ELEMENTS = 1 << 20
 ALL_CORES_KERNELS = ("flop_independent", "flop_simd", "divsqrt", "chain", "branch")
 
 
-@functools.lru_cache(maxsize=None)
-def on_all_cores(kernel: str):
-    """``f(xs, reps, *args)``: kernel ``kernel`` (one of :data:`ALL_CORES_KERNELS`) run ``reps``
-    times on each row of ``xs`` at once, one numba thread a row (``parallel=True``, prange over the
-    rows: one a thread when there are as many threads as rows), returning when the slowest is done.
-    The branch kernel's third argument, its sink, is 2-D too (a row a thread)."""
-    call = {"flop_independent": ("_flop_independent", "xs[t], reps, a, b"),
-            "flop_simd": ("_flop_simd", "xs[t], reps, a, b"), "divsqrt": ("_divsqrt_scalar", "xs[t], reps"),
-            "chain": ("_chain_add", "xs[t], reps"), "branch": ("_branchy", "xs[t], reps, a[t]")}[kernel]
-    name, args = call
-    ns: dict = {"np": np, "prange": prange, "k": globals()[name]}
-    src = (f"def on_all_{kernel}(xs, reps, a=0.0, b=0.0):\n    out = np.zeros(xs.shape[0])\n"
-           f"    for t in prange(xs.shape[0]):\n        out[t] = k({args})\n    return out.sum()\n")
-    exec(compile(src, f"<on_all_{kernel}>", "exec"), ns)
-    return njit(cache=False, parallel=True)(ns[f"on_all_{kernel}"])
-
-
 @njit(cache=True)
 def _branchy(r, reps, out):
     k = 0
@@ -313,6 +296,59 @@ def _branchy(r, reps, out):
             else:
                 k += 3
     return k
+
+
+# the kernels on every core at once: one numba thread a row of ``xs`` (prange over the rows, one a
+# thread when there are as many threads as rows); defined here rather than generated so that numba
+# caches them on disk like the one-core kernels
+
+
+@njit(cache=True, parallel=True)
+def _all_flop_independent(xs, reps, c, e):
+    out = np.zeros(xs.shape[0])
+    for t in prange(xs.shape[0]):
+        out[t] = _flop_independent(xs[t], reps, c, e)
+    return out.sum()
+
+
+@njit(cache=True, parallel=True)
+def _all_flop_simd(xs, reps, c, e):
+    out = np.zeros(xs.shape[0])
+    for t in prange(xs.shape[0]):
+        out[t] = _flop_simd(xs[t], reps, c, e)
+    return out.sum()
+
+
+@njit(cache=True, parallel=True)
+def _all_divsqrt(xs, reps):
+    out = np.zeros(xs.shape[0])
+    for t in prange(xs.shape[0]):
+        out[t] = _divsqrt_scalar(xs[t], reps)
+    return out.sum()
+
+
+@njit(cache=True, parallel=True)
+def _all_chain(xs, reps):
+    out = np.zeros(xs.shape[0])
+    for t in prange(xs.shape[0]):
+        out[t] = _chain_add(xs[t], reps)
+    return out.sum()
+
+
+@njit(cache=True, parallel=True)
+def _all_branch(rs, reps, sinks):
+    out = np.zeros(rs.shape[0])
+    for t in prange(rs.shape[0]):
+        out[t] = _branchy(rs[t], reps, sinks[t])
+    return out.sum()
+
+
+def on_all_cores(kernel: str):
+    """``f(xs, reps, *args)``: kernel ``kernel`` (one of :data:`ALL_CORES_KERNELS`) run ``reps``
+    times on each row of ``xs`` at once, one numba thread a row (``parallel=True``), returning when
+    the slowest is done. The branch kernel's third argument, its sink, is 2-D too (a row a thread)."""
+    return {"flop_independent": _all_flop_independent, "flop_simd": _all_flop_simd, "divsqrt": _all_divsqrt,
+            "chain": _all_chain, "branch": _all_branch}[kernel]
 
 
 def compiled_asm(fn, *args) -> str:

@@ -377,3 +377,58 @@ def test_pmac_pool_says_which_added_sections_the_replaced_profile_loses(tmp_path
     assert load_profile(out / "clx-vm.yaml").node.alias is None and load_profile(out / "clx-vm.yaml").node.noise
     r = _pmac("pool", *rounds, "--name", "again", "--statistic", "median", "--out-dir", str(out))
     assert r.returncode == 0 and "none of the pooled probes measured" not in r.stdout
+
+
+def _scaled(prof, *, mem_allcores: dict[str, float] | None = None, simd: float = 1.0):
+    """``prof`` with some all-cores memory plateaus and its SIMD rate multiplied by the factors given."""
+    node = prof.node
+    bws = {k: v * (mem_allcores or {}).get(k, 1.0) for k, v in node.memory.bandwidth_allcores_bytes_per_s.items()}
+    return dataclasses.replace(prof, node=dataclasses.replace(
+        node, memory=dataclasses.replace(node.memory, bandwidth_allcores_bytes_per_s=bws),
+        compute=dataclasses.replace(node.compute, flop_per_s_simd=node.compute.flop_per_s_simd * simd)))
+
+
+def test_standing_apart_names_the_probe_far_from_the_others():
+    """standing_apart: the third probe's all-cores memory load plateau at 0.1x and copy at 0.2x of
+    the other two's, its SIMD rate 4x: named, largest departure first, ratios against the median of
+    the three (the other two's value). A 2.5x probe is not named; two probes cannot say which is
+    off; among four, two of them off by 0.1x and 1e-5x, only those two are named."""
+    from pmac.pool import figures, standing_apart
+
+    prof, _ = _load("xeon-vm")
+    odd = _scaled(prof, mem_allcores={"load_unit": 0.1, "copy": 0.2}, simd=4.0)
+    assert standing_apart([prof, prof, odd]) == {2: ["memory load_unit bandwidth, all cores 0.1x",
+                                                     "memory copy bandwidth, all cores 0.2x", "SIMD flop rate 4x"]}
+    assert standing_apart([prof, prof, _scaled(prof, simd=2.5)]) == {}
+    assert standing_apart([prof, odd]) == {}
+    worse = _scaled(prof, mem_allcores={"load_unit": 1e-5})
+    assert sorted(standing_apart([prof, prof, odd, worse])) == [2, 3]
+    f = figures(prof)
+    assert f["L2 load_unit bandwidth, 1 core"] == prof.node.caches[1].bandwidth_1core_bytes_per_s["load_unit"]
+    assert f["intra_node smallest message's one-way time"] == prof.network.intra_node.one_way_s[0]
+    assert f["scalar flop rate"] == prof.node.compute.scalar_rate
+
+
+def test_pool_names_a_probe_standing_apart_and_leaves_it_out_when_asked(tmp_path):
+    """pool of three probes, one with its all-cores memory plateau at 0.1x: its file named in the
+    provenance's warnings; with drop_apart it is left out (``dropped``) and the pool is the two
+    others' (equal to pooling those two alone). pmac pool --drop-apart prints the warning."""
+    from pmac.profile import save_profile
+
+    a, b = _copy("xeon-vm", tmp_path / "a"), _copy("xeon-vm", tmp_path / "b")
+    odd = _copy("xeon-vm", tmp_path / "odd")
+    save_profile(_scaled(load_profile(odd), mem_allcores={"load_unit": 0.1}), odd)
+    kept, _ = pool([a, b, odd], name="three", statistic="median")
+    assert len(kept.provenance["pooled_from"]) == 3 and "dropped" not in kept.provenance
+    assert (f"probe {odd} stands apart from the other 2: memory load_unit bandwidth, all cores 0.1x "
+            "(pmac pool --drop-apart leaves it out)") in kept.provenance["warnings"]
+    left, _ = pool([a, b, odd], name="three", statistic="median", drop_apart=True)
+    assert [p["file"] for p in left.provenance["pooled_from"]] == [str(a), str(b)]
+    assert left.provenance["dropped"] == [str(odd)]
+    assert any(w.endswith("(left out: --drop-apart)") for w in left.provenance["warnings"])
+    two, _ = pool([a, b], name="three", statistic="median")
+    assert left.node == two.node
+    r = _pmac("pool", str(a), str(b), str(odd), "--name", "two", "--drop-apart", "--out-dir", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "2 probe(s) pooled" in r.stdout
+    assert f"  warning: probe {odd} stands apart from the other 2: memory load_unit bandwidth, all cores 0.1x" in r.stdout

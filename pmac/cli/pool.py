@@ -17,12 +17,15 @@ def add_arguments(p):
                    help="each memory and compute point at the median of its fastest few repetitions (best: as pmac "
                         "probe), of all of them (median: the machine as it typically ran over the probes' span), or a "
                         "number q in (0, 1): the value a share q of them is at least as fast as (pmac.pool)")
+    p.add_argument("--drop-apart", action="store_true",
+                   help="leave out the probes whose figures stand more than 3x from the others' median (three "
+                        "probes or more; they are named either way: pmac.pool.standing_apart)")
     p.add_argument("--out-dir", default="machines", help="directory for the profile (default: machines)")
 
 
 def run(args) -> int:
     from ..errors import InputError
-    from ..pool import describe, pool, slow_quantile_of
+    from ..pool import apart_notes, describe, pool, slow_quantile_of
     from ..probe import write_pair
     from ..profile import check_machine_name
     from ..schema import ensure_folder
@@ -36,11 +39,11 @@ def run(args) -> int:
         raise InputError("the pooled profile would overwrite one of its inputs: choose another --name or --out-dir",
                          path=out)
     prof, raw = pool(args.profiles, name=args.name, statistic=args.statistic,
-                     command="pmac " + " ".join(sys.argv[1:]))
+                     command="pmac " + " ".join(sys.argv[1:]), drop_apart=args.drop_apart)
     lost = _added_and_lost(out, prof)
     prof = write_pair(prof, raw, out)
     n = raw["compute"].groupby(["probe", "param"]).size()
-    print(f"wrote {out} and {prof.raw_file}: {len(args.profiles)} probe(s) pooled, each point at "
+    print(f"wrote {out} and {prof.raw_file}: {len(prof.provenance['pooled_from'])} probe(s) pooled, each point at "
           f"{describe(args.statistic)} "
           f"({int(n.min())}-{int(n.max())} repetitions a compute point)")
     node = prof.node
@@ -48,6 +51,8 @@ def run(args) -> int:
           f"SIMD {node.compute.flop_per_s_simd / 1e9:.2f}; "
           f"memory load bandwidth 1 core {node.memory.bandwidth_1core_bytes_per_s.get('load_unit', 0) / 1e9:.1f} GB/s"
           + (f"; overlap beta {prof.overlap.params.get('beta', float('nan')):.3f}" if prof.overlap else ""))
+    for w in apart_notes(prof):
+        print(f"  warning: {w}")
     from ..state import two_states_note
 
     if (states := two_states_note(raw["compute"])) is not None:      # the repetitions just written
