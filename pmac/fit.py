@@ -26,11 +26,15 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import InputError
 from .profile import ACCESS_KINDS, BandwidthCurve, CacheLevel, LatencyCurve, MemoryLevel
+
+if TYPE_CHECKING:       # pandas only for the annotations: this module loads without importing it
+    import pandas as pd
 
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 
@@ -399,7 +403,7 @@ def slow_quantile_of(statistic: str | float) -> float | None:
     return q
 
 
-def curves_from_raw(bandwidth: "pd.DataFrame", *, window: int = 5, rule: str = "best",  # noqa: F821
+def curves_from_raw(bandwidth: pd.DataFrame, *, window: int = 5, rule: str = "best",
                     slow_quantile: float | None = None) -> list[BandwidthCurve]:
     """Curves from the raw ``bandwidth`` table: per point the median (and relative spread) of
     the ``window`` repetitions that ended it under the stop rule (``best``: the fastest); with
@@ -421,7 +425,7 @@ def curves_from_raw(bandwidth: "pd.DataFrame", *, window: int = 5, rule: str = "
     return sorted(out, key=lambda c: (c.n_cores, order.get(c.access, 99)))
 
 
-def latency_from_raw(latency: "pd.DataFrame", *, window: int = 5, rule: str = "best",  # noqa: F821
+def latency_from_raw(latency: pd.DataFrame, *, window: int = 5, rule: str = "best",
                      slow_quantile: float | None = None) -> LatencyCurve:
     """Latency curve: per size the median of the repetitions that ended it (``best``: the shortest);
     with ``slow_quantile``, that quantile of all of them (:func:`at_slow_quantile`)."""

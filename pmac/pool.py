@@ -262,12 +262,42 @@ def standing_apart(profiles: Sequence[MachineProfile], factor: float = APART_FAC
     return out
 
 
+#: what :func:`pool`'s own warnings say (:func:`pool_notes` finds them by it)
 _APART = " stands apart from the other"
+_ALL_CORES = "all-cores compute"
 
 
-def apart_notes(profile: MachineProfile) -> list[str]:
-    """The warnings :func:`pool` wrote into ``profile``'s provenance about probes standing apart."""
-    return [w for w in profile.provenance.get("warnings", []) if _APART in w]
+def _has(raw: dict[str, pd.DataFrame], prefix: str) -> bool:
+    return bool(raw["compute"]["probe"].str.startswith(prefix).any())
+
+
+def _paired_all_cores(raws: list[dict[str, pd.DataFrame]], paths) -> tuple[list[dict[str, pd.DataFrame]], list[str]]:
+    """(raws, notes): a kernel's slowdown with every core busy is its ``all:`` rows against its
+    time alone (pmac.probe.all_cores_slowdown), from ``alone:`` rows timed beside them where the
+    probes have them. Where some probes have both and others ``all:`` rows only (probed before
+    29 Nov 2026 09:00), the latter's ``all:`` rows are left out, so that both sides come from the
+    same probes; where none has ``alone:`` rows but not every probe has ``all:`` rows, a note says
+    that the time alone comes from more probes than the time busy."""
+    with_all = [i for i, r in enumerate(raws) if _has(r, "all:")]
+    paired = [i for i in with_all if _has(raws[i], "alone:")]
+    if paired:
+        out = [r if i not in with_all or i in paired else
+               {**r, "compute": r["compute"][~r["compute"]["probe"].str.startswith("all:")].reset_index(drop=True)}
+               for i, r in enumerate(raws)]
+        left = [str(paths[i]) for i in with_all if i not in paired]
+        return out, ([f"{_ALL_CORES} rows of {', '.join(left)} left out: they have no alone: rows to pair "
+                      "with (probed before 29 Nov 2026 09:00); the slowdowns come from the other probes"]
+                     if left else [])
+    if with_all and len(with_all) < len(raws):
+        return raws, [f"the {_ALL_CORES} slowdowns pair {len(with_all)} probe(s)' all: rows with every "
+                      "probe's one-core rows: the host may have run them in other states (pmac.pool)"]
+    return raws, []
+
+
+def pool_notes(profile: MachineProfile) -> list[str]:
+    """The warnings :func:`pool` wrote into ``profile``'s provenance of its own: probes standing
+    apart, all-cores rows left out or unpaired."""
+    return [w for w in profile.provenance.get("warnings", []) if _APART in w or _ALL_CORES in w]
 
 
 def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
@@ -316,6 +346,8 @@ def pool(paths: Sequence[str | Path], *, name: str, statistic: str = "best",
              for i, what in apart.items()]
     dropped = [str(paths[i]) for i in range(len(profs)) if i not in used]
     paths, profs, raws = [paths[i] for i in used], [profs[i] for i in used], [raws[i] for i in used]
+    raws, unpaired = _paired_all_cores(raws, paths)
+    notes += unpaired
     newest = max(range(len(profs)), key=lambda i: str(profs[i].provenance.get("created_utc", "")))
     base = profs[newest]
     raw = pool_raw(raws)

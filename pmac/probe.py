@@ -153,8 +153,8 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
         g = rows[rows["probe"] == probe]
         if g.empty:
             raise ProbeError(f"compute probe '{probe}' produced no values")
-        # rates: larger is better; times: smaller (an all: row in its kernel's unit)
-        better = probe.removeprefix("all:") not in ("branch", "chain", "divpar", "divmix")
+        # rates: larger is better; times: smaller (an all: or alone: row in its kernel's unit)
+        better = probe.split(":")[-1] not in ("branch", "chain", "divpar", "divmix")
         if slow_quantile is not None:
             return g.groupby("param", sort=True)["value"].agg(
                 lambda v: at_slow_quantile(v.to_numpy(), slow_quantile, larger_is_better=better))
@@ -193,14 +193,21 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
 def all_cores_slowdown(rows: pd.DataFrame, med) -> dict:
     """The ComputeModel fields of the ``all:KERNEL`` rows (probes/compute.py): per kernel measured
     both ways, its time a core with every core busy over its time alone, each at ``med``'s
-    statistic (a point's value by param, as compute_model takes them; the branch kernel's alone
-    at p = 0, the chain's at its adds); {} without such rows (probes before 29 Nov 2026, one core)."""
+    statistic (a point's value by param, as compute_model takes them). Its time alone: the
+    ``alone:KERNEL`` rows, timed beside the busy ones in the same rounds, where the probe wrote
+    them (since 29 Nov 2026 09:00); else the one-core kernel's own rows (the branch kernel's at
+    p = 0, the chain's at its adds), which in a pool may come from other probes than the busy
+    rows. {} without ``all:`` rows (probes before 29 Nov 2026 05:00, one core)."""
     names, ratios, n = [], [], None
     for kernel in dict.fromkeys(p.removeprefix("all:") for p in rows["probe"].unique() if p.startswith("all:")):
         if not (rows["probe"] == kernel).any():
             continue
-        busy, alone = med(f"all:{kernel}"), med(kernel)
-        alone = float(alone[0.0] if kernel in ("branch", "chain") else alone.iloc[0])
+        busy = med(f"all:{kernel}")
+        if (rows["probe"] == f"alone:{kernel}").any():      # timed beside the all-cores points
+            alone = float(med(f"alone:{kernel}").iloc[0])
+        else:
+            alone = med(kernel)
+            alone = float(alone[0.0] if kernel in ("branch", "chain") else alone.iloc[0])
         both = float(busy.iloc[-1])
         n = int(busy.index[-1])
         names.append(kernel)

@@ -594,9 +594,7 @@ def _prepare(events, burst_s, placement, network, options, requests, comms, n_ra
                                                     inst_off, rank, node_of_rank)
         if np.any(inst_ev < 0):
             # a member never made this call: leave the slot to the deadlock report
-            missing = np.flatnonzero(inst_ev < 0)
             inst_ev = np.where(inst_ev < 0, n, inst_ev)  # sentinel (never posted)
-            del missing
     i_members = np.diff(inst_off)
 
     def relink(base: _Prepared, burst_s2, placement2, network2, options2) -> _Prepared:

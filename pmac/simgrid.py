@@ -41,7 +41,6 @@ communicator creation other than split/dup, OTHER) are skipped and counted in th
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field

@@ -79,6 +79,12 @@ Probes (one core; every repetition kept, table ``compute`` of pmac: probe, param
   nbody's interaction at one rank a core 1.13 times its time at one rank. The convolver prices a
   burst's compute at these rates when the job keeps the node's cores busy
   (pmac.convolve.compute_when_busy).
+- ``alone:KERNEL`` (param 1; value as ``all:KERNEL``'s): the same call on one core, timed right
+  before each ``all:KERNEL`` point, so that the two sides of a slowdown are measured in the same
+  minute. Why (since 29 Nov 2026 09:00): a pool of probes where only the newer ones have ``all:``
+  rows took each kernel's time alone from every probe and its time busy from the newer ones, and
+  the host's states differ between the two sets: the shipped Cascade Lake's twelve probes of 28
+  Nov beside six of 29 Nov put the branch's slowdown at 2.16 where the six alone say 1.06.
 
 The instruction set the kernels were compiled for is recorded (``isa()``): the LLVM target CPU
 name numba uses and its features.
@@ -527,7 +533,8 @@ def all_cores_calls(x, n: int, c: float, e: float) -> dict[str, tuple]:
 
 
 def _all_cores_round(x, c, e, target, rmin, rmax, threshold, add, tick):
-    """The ``all:KERNEL`` rows of one round (module docstring); nothing on one core."""
+    """The ``alone:KERNEL`` and ``all:KERNEL`` rows of one round, kernel by kernel, one right after
+    the other (module docstring); nothing on one core."""
     n = busy_cores()
     if n < 2:
         return
@@ -535,7 +542,8 @@ def _all_cores_round(x, c, e, target, rmin, rmax, threshold, add, tick):
     before = get_num_threads()
     set_num_threads(n)
     try:
-        for kernel, (_, busy, scale) in all_cores_calls(x, n, c, e).items():
+        for kernel, (alone, busy, scale) in all_cores_calls(x, n, c, e).items():
+            add(f"alone:{kernel}", 1, _timeit(alone, target, rmin, rmax, threshold, scale=scale))
             add(f"all:{kernel}", n, _timeit(busy, target, rmin, rmax, threshold, scale=scale))
     finally:
         set_num_threads(before)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from pmac.memsig import BURSTS, LINE_SIZES_BYTES, REUSE, reuse_bin
+from pmac.memsig import BURSTS, REUSE, reuse_bin
 from pmac.profile import (CacheLevel, ComputeModel, LinkModel, LinkSegment, MachineProfile, MemoryLevel, NetworkModel,
                           NodeModel, OverlapModel)
 from pmac.signature import SignatureHeader, make_signature

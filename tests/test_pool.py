@@ -432,3 +432,38 @@ def test_pool_names_a_probe_standing_apart_and_leaves_it_out_when_asked(tmp_path
     assert r.returncode == 0, r.stderr
     assert "2 probe(s) pooled" in r.stdout
     assert f"  warning: probe {odd} stands apart from the other 2: memory load_unit bandwidth, all cores 0.1x" in r.stdout
+
+
+def _with_rows(src: Path, to: Path, rows: list[tuple]) -> Path:
+    """A copy of the probe ``src`` (profile and sidecar) at ``to``, compute rows added to its sidecar."""
+    from pmac.probe import write_pair
+
+    prof = load_profile(src)
+    raw = load_raw(prof, src)
+    extra = pd.DataFrame(rows, columns=["probe", "param", "rep", "value"]).astype(raw["compute"].dtypes.to_dict())
+    raw = {**raw, "compute": pd.concat([raw["compute"], extra], ignore_index=True)}
+    write_pair(prof, raw, to / src.name)
+    return to / src.name
+
+
+def test_pool_pairs_the_all_cores_rows_with_the_times_alone_beside_them(tmp_path):
+    """A probe with alone:flop_simd rows and all:flop_simd rows 1.2x slower beside one with all:
+    rows only, 3x slower: the latter's all: rows are left out (named in a note) and the pooled
+    slowdown is 1.2, not what the one-core rows of both against the all: rows of both would say.
+    Without any alone: rows, a pool where only some probes have all: rows says so."""
+    src = _copy("xeon-vm", tmp_path / "src")
+    v = float(load_raw(load_profile(src), src)["compute"].query("probe == 'flop_simd'")["value"].median())
+    new = _with_rows(src, tmp_path / "new", [("alone:flop_simd", 1.0, i, v) for i in range(5)]
+                     + [("all:flop_simd", 2.0, i, v / 1.2) for i in range(5)])
+    old = _with_rows(src, tmp_path / "old", [("all:flop_simd", 2.0, i, v / 3) for i in range(5)])
+    prof, raw = pool([new, old], name="paired", statistic="median")
+    c = prof.node.compute
+    assert dict(zip(c.all_cores_kernels, c.all_cores_slowdown)) == pytest.approx({"flop_simd": 1.2}, rel=1e-12)
+    assert len(raw["compute"].query("probe == 'all:flop_simd'")) == 5
+    assert (f"all-cores compute rows of {old} left out: they have no alone: rows to pair with (probed before "
+            "29 Nov 2026 09:00); the slowdowns come from the other probes") in prof.provenance["warnings"]
+    mixed, _ = pool([old, src], name="mixed", statistic="median")
+    assert ("the all-cores compute slowdowns pair 1 probe(s)' all: rows with every probe's one-core rows: the host "
+            "may have run them in other states (pmac.pool)") in mixed.provenance["warnings"]
+    both, _ = pool([new, new], name="both", statistic="median")
+    assert not [w for w in both.provenance["warnings"] if "all-cores" in w]

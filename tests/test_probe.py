@@ -165,6 +165,11 @@ def test_branch_and_dependency_probes_measure_something():
         # a core is never much faster for its neighbours' work (a generous bound: the host moves)
         assert med[("all:divsqrt", float(n))] < 1.5 * div_rate
         assert med[("all:branch", float(n))] > 0.5 * med[("branch", 0.0)]
+        # each beside the same kernel on one core, timed in the same round (param 1), in the same unit
+        assert sorted(k for (k, p) in med if k.startswith("alone:")) == sorted(f"alone:{k}" for k in pc.ALL_CORES_KERNELS)
+        assert {p for (k, p) in med if k.startswith("alone:")} == {1.0}
+        assert 0.5 * div_rate < med[("alone:divsqrt", 1.0)] < 2 * div_rate
+        assert 0.5 * med[("branch", 0.0)] < med[("alone:branch", 1.0)] < 2 * med[("branch", 0.0)]
 
 
 def test_all_cores_kernels_run_each_row_as_the_one_core_kernel():
@@ -626,6 +631,13 @@ def test_all_cores_slowdown_from_the_probe_rows_by_hand():
     assert q["divsqrt"] == pytest.approx(rd / np.quantile([rd / 1.6] * 5 + [rd / 3] * 3, 0.5), rel=1e-12)
     none = compute_model(base, {"cpu_name": "x", "llvmlite": "y"})
     assert none.all_cores_n is None and none.all_cores_kernels == () and none.all_cores_slowdown == ()
+    # alone:KERNEL rows (timed beside the busy ones) are the time alone where present: a pool whose
+    # one-core rows came from other probes (here the branch 0.5x, flop 2x faster) takes them
+    paired = [("alone:flop_independent", 1.0, i, rs / 2) for i in range(5)] + [("alone:branch", 1.0, i, 2 * c0) for i in range(5)]
+    m = compute_model(pd.concat([df, pd.DataFrame(paired, columns=base.columns)], ignore_index=True),
+                      {"cpu_name": "x", "llvmlite": "y"})
+    got = dict(zip(m.all_cores_kernels, m.all_cores_slowdown))
+    assert got == pytest.approx({"flop_independent": 0.7, "divsqrt": 1.6, "branch": 0.55, "chain": 1.0}, rel=1e-12)
 
 
 @pytest.mark.parametrize("kernel", ["divpar_kernel", "divmix_kernel"])

@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 
 from pmac.errors import InputError, ReplayError
-from pmac.profile import CollectiveCost, LinkModel, LinkSegment, NetworkModel
-from pmac.replay import _KIND as R_KIND
+from pmac.profile import CollectiveCost, LinkSegment, NetworkModel
 from pmac.replay import ReplayOptions, replay
 from pmac.topology import dragonfly, fat_tree, from_simgrid, routes, star, torus
 from pmac.trace import Op

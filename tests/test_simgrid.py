@@ -16,7 +16,7 @@ import pytest
 from pmac.errors import InputError
 from pmac.signature import load_signature, save_signature
 from pmac.simgrid import read_simgrid, simgrid_lines, write_simgrid
-from pmac.trace import NONE, Op
+from pmac.trace import Op
 
 REPLAY = "data/simgrid/examples/smpi/replay"
 

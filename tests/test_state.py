@@ -1,7 +1,6 @@
 """pmac.state (pmac check): the profile's reference medians, the ratios per CPU and the verdict,
 by hand; the command on a quick probe of this machine and on profiles it must refuse."""
 
-import dataclasses
 
 import numpy as np
 import pandas as pd

@@ -25,7 +25,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     from ..errors import InputError
-    from ..pool import apart_notes, describe, pool, slow_quantile_of
+    from ..pool import describe, pool, pool_notes, slow_quantile_of
     from ..probe import write_pair
     from ..profile import check_machine_name
     from ..schema import ensure_folder
@@ -51,7 +51,7 @@ def run(args) -> int:
           f"SIMD {node.compute.flop_per_s_simd / 1e9:.2f}; "
           f"memory load bandwidth 1 core {node.memory.bandwidth_1core_bytes_per_s.get('load_unit', 0) / 1e9:.1f} GB/s"
           + (f"; overlap beta {prof.overlap.params.get('beta', float('nan')):.3f}" if prof.overlap else ""))
-    for w in apart_notes(prof):
+    for w in pool_notes(prof):
         print(f"  warning: {w}")
     from ..state import two_states_note
 

@@ -138,7 +138,7 @@ def _rounds(args, command: str):
     from pathlib import Path
 
     from ..errors import InputError
-    from ..pool import apart_notes, describe, pool, slow_quantile_of
+    from ..pool import describe, pool, pool_notes, slow_quantile_of
     from ..probe import DEFAULT_PAGES, run_probe, write_pair
     from ..profile import check_machine_name
     from ..schema import ensure_folder
@@ -171,6 +171,6 @@ def _rounds(args, command: str):
     prof = dataclasses.replace(prof, provenance={**prof.provenance, "duration_s": time.monotonic() - t0})
     prof = write_pair(prof, raw, out)
     print(f"pooled {len(paths)} round(s) from {where}/ at {describe(statistic)}")
-    for w in apart_notes(prof):
+    for w in pool_notes(prof):
         print(f"  warning: {w}")
     return prof
