@@ -156,3 +156,25 @@ def test_alias_depth_places_v_at_the_phase_of_the_store_d_back():
         for i in (d, 700, n - 1):
             u_addr, v_addr = 8 * i, 8 * (pages * 512 + d + i - d)
             assert (u_addr - v_addr) % 4096 == 0 and u_addr // 4096 != v_addr // 4096
+
+
+def test_overlap_points_reads_beta_off_the_probe_points_by_hand():
+    """bench/overlap_points: per element, memory from the no-chain point at a working set, compute
+    from the r-chain point at the smallest, and beta = (t - max) / min: at 1 MiB memory 2 ns, compute
+    1 ns, measured 2.5 ns -> 0.5; compute 4 ns, measured 4 ns -> 0 (wholly hidden). The probe's
+    rule (median of the five fastest) and a quantile read the repetitions as pmac does."""
+    import pandas as pd
+
+    g = runpy.run_path(str(BENCH / "overlap_points"), run_name="overlap_points")
+    rows = []
+    for ws, n, r, per in [(16384, 1000, 0, 0.1e-9), (16384, 1000, 1, 1e-9), (16384, 1000, 2, 4e-9),
+                          (1 << 20, 4000, 0, 2e-9), (1 << 20, 4000, 1, 2.5e-9), (1 << 20, 4000, 2, 4e-9)]:
+        rows += [dict(working_set_bytes=ws, chains=r, rep=k, n_elements=n, time_s=per * n * (1 + k)) for k in range(6)]
+    pts = g["per_element"](pd.DataFrame(rows), None)
+    assert pts[(1 << 20, 1)] == pytest.approx(2.5e-9 * 3, rel=1e-12)      # median of the five fastest: 1..5 -> 3
+    b = g["betas"](pts)
+    assert sorted(b) == [(1 << 20, 1), (1 << 20, 2)]
+    assert b[(1 << 20, 1)][3] == pytest.approx(0.5, rel=1e-12)
+    assert b[(1 << 20, 2)][3] == pytest.approx(0.0, abs=1e-12)
+    q = g["per_element"](pd.DataFrame(rows), 0.5)
+    assert q[(1 << 20, 1)] == pytest.approx(2.5e-9 * 3.5, rel=1e-12)       # the median of 1..6
