@@ -113,17 +113,29 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, slow_q
                        ) -> pd.DataFrame:
     """Samples of the overlap probe (raw table ``overlap``; probes/memory.py measure_overlap).
 
-    Per (working set, r chains): ``a[i] = f_r(b[i])`` over n elements, priced as the convolver
-    prices a unit-stride sweep of the level the working set fits in (8n bytes loaded, 8n stored,
-    at the level's one-core plateaus) and its flop (16 r + (r - 1) per element, independent
-    8-long chains as in the flop_simd probe, vectorised) at the SIMD rate; measured: the median of
-    the five fastest repetitions (the probe's stop rule), or with ``slow_quantile`` that quantile of
-    all of them (pmac.fit.at_slow_quantile: for a profile refitted so, pmac.pool.refit). Without
-    ``slow_quantile``, the statistic the profile's own rates were fitted at (its provenance's
-    ``statistic``: pmac pool, pmac probe --rounds; ``best`` when it has none), so that the points
-    are priced and measured alike: bench/calibrate_overlap on a profile pooled at the median, its
-    points at best, put beta at 0 with a 32 % error. Each point is its own group in the fit, so
-    every balance of memory and compute counts equally.
+    Per (working set, r chains): ``a[i] = f_r(b[i])`` over n elements. Its memory side is priced as
+    the convolver prices a unit-stride sweep of the level the working set fits in (8n bytes
+    loaded, 8n stored, at the level's one-core plateaus). Its compute side is the r-chain kernel's
+    own time an element at the smallest working set (the L1 point, where the sweep costs least),
+    times n; the L1 points are then the compute side's measurement, not samples. Measured: the
+    median of the five fastest repetitions (the probe's stop rule), or with ``slow_quantile`` that
+    quantile of all of them (pmac.fit.at_slow_quantile: for a profile refitted so,
+    pmac.pool.refit). Without ``slow_quantile``, the statistic the profile's own rates were fitted
+    at (its provenance's ``statistic``: pmac pool, pmac probe --rounds; ``best`` when it has none),
+    so that the points are priced and measured alike: bench/calibrate_overlap on a profile pooled
+    at the median, its points at best, put beta at 0 with a 32 % error. Each point is its own group
+    in the fit, so every balance of memory and compute counts equally.
+
+    Why the compute side is measured (since 29 Nov 2026): priced as its flop at the SIMD rate
+    (16 r + r - 1 an element, 8-long chains), the 8- and 16-chain kernels ran 1.7-2 times their
+    price even in L1 on the Cascade Lake (``python bench/overlap_points``), and beta absorbed that,
+    moving with it from run to run: the five interleaved runs of that day with the all-cores
+    compute rows had their leave-one-application-out beta at 0.11-0.56, and stream_mpi's error
+    followed it (-6.8 % at 0.11, +26.6 % at 0.56). Re-predicted with the compute side measured
+    (``bench/accuracy --measured F --machine DIR/clx-vm.yaml --traces DIR/traces``; bench/results/
+    README.md): beta 0.0-0.40, 38 of 40 cases within 15 % instead of 34, every case in 3 of the 5
+    runs instead of 1. With a single working set there is no L1 point to measure it with: priced
+    as before.
     """
     if overlap is None or len(overlap) == 0:
         raise InputError("overlap calibration: the profile has no overlap-probe repetitions")
@@ -131,17 +143,28 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, slow_q
         slow_quantile = slow_quantile_of((profile.provenance or {}).get("statistic") or "best")
     mc = machine_coeffs(profile, active_cores=1, beta=0.0)
     caps = [c * lb for c, lb in zip(mc.capacity_lines, mc.level_line_bytes)]
-    rows = []
+    points = {}
     for (ws, r), g in overlap.groupby(["working_set_bytes", "chains"], sort=True):
-        n = int(g["n_elements"].iloc[0])
-        level = next((i for i, c in enumerate(caps) if ws <= c), len(caps))
-        memory_s = 8.0 * n / mc.load_bandwidth_bytes_per_s[level] + 8.0 * n / mc.store_bandwidth_bytes_per_s[level]
-        flop = 16 * r + (r - 1) if r > 0 else 0
-        compute_s = flop * n / mc.flop_per_s_simd
         t = g["time_s"].to_numpy()
         measured = (float(np.median(np.sort(t)[:5])) if slow_quantile is None
                     else at_slow_quantile(t, slow_quantile, larger_is_better=False))
-        key = f"probe:{int(ws)}B:{int(r)}chains"
+        points[(int(ws), int(r))] = (int(g["n_elements"].iloc[0]), measured)
+    smallest = min(ws for ws, _ in points)
+    measured_compute = len({ws for ws, _ in points}) > 1
+    rows = []
+    for (ws, r), (n, measured) in points.items():
+        if measured_compute and ws == smallest:
+            continue
+        level = next((i for i, c in enumerate(caps) if ws <= c), len(caps))
+        memory_s = 8.0 * n / mc.load_bandwidth_bytes_per_s[level] + 8.0 * n / mc.store_bandwidth_bytes_per_s[level]
+        if r == 0:
+            compute_s = 0.0
+        elif measured_compute and (smallest, r) in points:
+            n1, t1 = points[(smallest, r)]
+            compute_s = t1 / n1 * n
+        else:
+            compute_s = (16 * r + (r - 1)) * n / mc.flop_per_s_simd
+        key = f"probe:{ws}B:{r}chains"
         rows.append(dict(app=key, case=key, rank=0, seq=0, memory_s=memory_s, compute_s=compute_s,
                          max_s=max(memory_s, compute_s), min_s=min(memory_s, compute_s), measured_s=measured))
     return pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))

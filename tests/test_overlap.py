@@ -106,34 +106,50 @@ def test_error_against_the_median_interval():
 
 
 def test_overlap_probe_samples_by_hand():
-    """samples_from_probe prices each (working set, chains) point as the convolver prices a
-    unit-stride sweep of the level it fits in plus its flop at the SIMD rate; measured times made
-    as max + b * min give back beta = b."""
+    """samples_from_probe prices each (working set, chains) point's memory as the convolver prices
+    a unit-stride sweep of the level it fits in, and its compute as the same kernel's time an
+    element at the smallest working set (the L1 point, then not a sample); measured times made as
+    max + b * min give back beta = b. With a single working set the compute is its flop at the
+    SIMD rate, as before 29 Nov 2026."""
     from pmac.convolve import machine_coeffs
     from pmac.overlap import samples_from_probe
 
     prof = two_level_profile()
     mc = machine_coeffs(prof, active_cores=1, beta=0.0)
     l1_bytes = int(mc.capacity_lines[0] * mc.level_line_bytes[0])
+    far = 64 * l1_bytes                                    # beyond every cache
+    m_far = 8 * 4000 / mc.load_bandwidth_bytes_per_s[2] + 8 * 4000 / mc.store_bandwidth_bytes_per_s[2]
+    per_chain = {0: 0.05e-9, 2: 0.7e-9, 8: 9e-9}          # the kernel's measured time an element in L1
+    rows = []
+
+    def add(ws, r, n, t):
+        for rep, noise in enumerate((1.0, 1.0, 1.5, 1.0, 1.0, 1.0)):   # the slow one is ignored
+            rows.append(dict(working_set_bytes=ws, chains=r, n_elements=n, rep=rep, time_s=t * noise))
+
+    for r, per in per_chain.items():
+        add(l1_bytes // 2, r, 1000, per * 1000)
+        c = per * 4000 if r else 0.0
+        add(far, r, 4000, max(m_far, c) + 0.3 * min(m_far, c))
+    s = samples_from_probe(prof, pd.DataFrame(rows))
+    assert sorted(s["app"]) == sorted(f"probe:{far}B:{r}chains" for r in per_chain)
+    two = s[s["app"] == f"probe:{far}B:2chains"].iloc[0]
+    assert two["memory_s"] == pytest.approx(m_far, rel=1e-12)
+    assert two["compute_s"] == pytest.approx(0.7e-9 * 4000, rel=1e-12)
+    assert s[s["app"] == f"probe:{far}B:0chains"].iloc[0]["compute_s"] == 0.0
+    beta, rms = fit_beta(s)
+    assert beta == pytest.approx(0.3, rel=1e-9) and rms == pytest.approx(0.0, abs=1e-9)
+    # one working set: its flop at the SIMD rate
     rows, n = [], 1000
-    for ws in (l1_bytes // 2, 64 * l1_bytes):          # inside L1, and beyond every cache
-        for r in (0, 2, 8):
-            level = 0 if ws <= l1_bytes else (1 if ws <= mc.capacity_lines[1] * 64 else 2)
-            m = 8 * n / mc.load_bandwidth_bytes_per_s[level] + 8 * n / mc.store_bandwidth_bytes_per_s[level]
-            c = (16 * r + r - 1 if r else 0) * n / mc.flop_per_s_simd
-            for rep, noise in enumerate((1.0, 1.0, 1.5, 1.0, 1.0, 1.0)):   # the slow one is ignored
-                rows.append(dict(working_set_bytes=ws, chains=r, n_elements=n, rep=rep,
-                                 time_s=(max(m, c) + 0.3 * min(m, c)) * noise))
-    raw = pd.DataFrame(rows)
-    s = samples_from_probe(prof, raw)
-    assert len(s) == 6 and s["app"].is_unique
-    first = s[s["app"] == f"probe:{l1_bytes // 2}B:2chains"].iloc[0]
-    assert first["memory_s"] == pytest.approx(8 * n / mc.load_bandwidth_bytes_per_s[0] + 8 * n / mc.store_bandwidth_bytes_per_s[0])
-    assert first["compute_s"] == pytest.approx(33 * n / mc.flop_per_s_simd)
+    for r in (0, 2, 8):
+        c = (16 * r + r - 1 if r else 0) * n / mc.flop_per_s_simd
+        add(far, r, n, max(m_far / 4, c) + 0.3 * min(m_far / 4, c))
+    s = samples_from_probe(prof, pd.DataFrame(rows))
+    assert len(s) == 3
+    assert s[s["app"] == f"probe:{far}B:2chains"].iloc[0]["compute_s"] == pytest.approx(33 * n / mc.flop_per_s_simd)
     beta, rms = fit_beta(s)
     assert beta == pytest.approx(0.3, rel=1e-9) and rms == pytest.approx(0.0, abs=1e-9)
     with pytest.raises(InputError, match="no overlap-probe repetitions"):
-        samples_from_probe(prof, raw.iloc[:0])
+        samples_from_probe(prof, pd.DataFrame(rows).iloc[:0])
 
 
 def test_timed_compute_s_is_the_max_over_ranks_of_bursts_between_barrier_and_reduce():

@@ -165,11 +165,13 @@ def test_branch_and_dependency_probes_measure_something():
         # a core is never much faster for its neighbours' work (a generous bound: the host moves)
         assert med[("all:divsqrt", float(n))] < 1.5 * div_rate
         assert med[("all:branch", float(n))] > 0.5 * med[("branch", 0.0)]
-        # each beside the same kernel on one core, timed in the same round (param 1), in the same unit
+        # each beside the same kernel on one core, timed in the same round (param 1), in the same unit;
+        # the bounds are generous: timed minutes apart, and a host's slow state takes loop code 1.6-1.9x
+        # (docs/accuracy.md; CI of 29 Nov 09:19 met 2.0x here), which the pairing is there for
         assert sorted(k for (k, p) in med if k.startswith("alone:")) == sorted(f"alone:{k}" for k in pc.ALL_CORES_KERNELS)
         assert {p for (k, p) in med if k.startswith("alone:")} == {1.0}
-        assert 0.5 * div_rate < med[("alone:divsqrt", 1.0)] < 2 * div_rate
-        assert 0.5 * med[("branch", 0.0)] < med[("alone:branch", 1.0)] < 2 * med[("branch", 0.0)]
+        assert div_rate / 3 < med[("alone:divsqrt", 1.0)] < 3 * div_rate
+        assert med[("branch", 0.0)] / 3 < med[("alone:branch", 1.0)] < 3 * med[("branch", 0.0)]
 
 
 def test_all_cores_kernels_run_each_row_as_the_one_core_kernel():
