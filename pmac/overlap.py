@@ -134,8 +134,8 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, slow_q
     followed it (-6.8 % at 0.11, +26.6 % at 0.56). Re-predicted with the compute side measured
     (``bench/accuracy --measured F --machine DIR/clx-vm.yaml --traces DIR/traces``; bench/results/
     README.md): beta 0.0-0.40, 38 of 40 cases within 15 % instead of 34, every case in 3 of the 5
-    runs instead of 1. With a single working set there is no L1 point to measure it with: priced
-    as before.
+    runs instead of 1. Without a point in L1 (a single working set, or none that small) there
+    is nothing to measure it with: priced as before.
     """
     if overlap is None or len(overlap) == 0:
         raise InputError("overlap calibration: the profile has no overlap-probe repetitions")
@@ -150,7 +150,7 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, slow_q
                     else at_slow_quantile(t, slow_quantile, larger_is_better=False))
         points[(int(ws), int(r))] = (int(g["n_elements"].iloc[0]), measured)
     smallest = min(ws for ws, _ in points)
-    measured_compute = len({ws for ws, _ in points}) > 1
+    measured_compute = len({ws for ws, _ in points}) > 1 and smallest <= caps[0]
     rows = []
     for (ws, r), (n, measured) in points.items():
         if measured_compute and ws == smallest:

@@ -25,8 +25,8 @@ the median of its fastest few repetitions (the probe's stop rule, ``best``). Two
   machine over the whole span, e.g. probes interleaved with an application's runs on a shared
   host (``bench/accuracy --interleave``). ``pmac pool`` writes it with its own sidecar.
 - :func:`standing_apart`: the probes among three or more whose figures (memory plateaus, compute
-  rates, network latency and bandwidth) stand more than a factor (:data:`APART_FACTOR`) from the
-  other probes' median: a probe that met a disturbed host (a neighbour's burst of memory traffic
+  rates, a link's smallest-message time and bandwidth) stand more than a factor
+  (:data:`APART_FACTOR`) from the median of all the probes': a probe that met a disturbed host (a neighbour's burst of memory traffic
   through one probe). :func:`pool` names them in its warnings, or leaves them out when asked
   (``pmac pool --drop-apart``). A median statistic already bounds what one such probe among many
   moves; with a few probes, or at ``best``, one probe can set a point.
@@ -203,10 +203,11 @@ def _collective_loop_of(profile: MachineProfile) -> str | None:
     return nets[0].collective_loop if nets else None
 
 
-#: how far (a factor either way) a probe's figure may stand from the median of the other probes'
+#: how far (a factor either way) a probe's figure may stand from the median of all the probes'
 #: before :func:`standing_apart` names it. A host that flickers between a fast and a slow state
-#: moves a probe's figures by up to some 2.3x (the Cascade Lake VM's state checks, 0.44-1.0);
-#: a probe that met a neighbour's memory traffic stood 5-25x apart (bench/results/README.md, 04:44).
+#: moves a probe's figures by up to some 2.3x (the Cascade Lake VM's state checks, 0.44-1.0); the
+#: two probes of 29 Nov 04:44 that met a disturbed host stood at 0.23x and 2.6e-5x of it in some
+#: all-cores plateaus (bench/results/README.md).
 APART_FACTOR = 3.0
 
 

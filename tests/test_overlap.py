@@ -148,6 +148,10 @@ def test_overlap_probe_samples_by_hand():
     assert s[s["app"] == f"probe:{far}B:2chains"].iloc[0]["compute_s"] == pytest.approx(33 * n / mc.flop_per_s_simd)
     beta, rms = fit_beta(s)
     assert beta == pytest.approx(0.3, rel=1e-9) and rms == pytest.approx(0.0, abs=1e-9)
+    # two working sets, neither in L1: nothing to measure the compute side with, priced too
+    add(2 * far, 2, n, 1e-6)
+    s = samples_from_probe(prof, pd.DataFrame(rows))
+    assert len(s) == 4 and (s["compute_s"][s["app"].str.endswith(":2chains")] == 33 * n / mc.flop_per_s_simd).all()
     with pytest.raises(InputError, match="no overlap-probe repetitions"):
         samples_from_probe(prof, pd.DataFrame(rows).iloc[:0])
 
