@@ -109,6 +109,19 @@ def samples_from_signature(sig: Signature, profile: MachineProfile, *, active_co
     return df[list(SAMPLE_COLUMNS)]
 
 
+def probe_points(overlap: pd.DataFrame, slow_quantile: float | None) -> dict[tuple[int, int], tuple[int, float]]:
+    """``{(working set, chains): (elements, seconds)}`` of the overlap probe's raw table: each
+    point's time, the median of its five fastest repetitions (the probe's stop rule) or, with
+    ``slow_quantile``, that quantile of all of them."""
+    points = {}
+    for (ws, r), g in overlap.groupby(["working_set_bytes", "chains"], sort=True):
+        t = g["time_s"].to_numpy()
+        measured = (float(np.median(np.sort(t)[:5])) if slow_quantile is None
+                    else at_slow_quantile(t, slow_quantile, larger_is_better=False))
+        points[(int(ws), int(r))] = (int(g["n_elements"].iloc[0]), measured)
+    return points
+
+
 def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, slow_quantile: float | None = None
                        ) -> pd.DataFrame:
     """Samples of the overlap probe (raw table ``overlap``; probes/memory.py measure_overlap).
@@ -143,12 +156,7 @@ def samples_from_probe(profile: MachineProfile, overlap: pd.DataFrame, *, slow_q
         slow_quantile = slow_quantile_of((profile.provenance or {}).get("statistic") or "best")
     mc = machine_coeffs(profile, active_cores=1, beta=0.0)
     caps = [c * lb for c, lb in zip(mc.capacity_lines, mc.level_line_bytes)]
-    points = {}
-    for (ws, r), g in overlap.groupby(["working_set_bytes", "chains"], sort=True):
-        t = g["time_s"].to_numpy()
-        measured = (float(np.median(np.sort(t)[:5])) if slow_quantile is None
-                    else at_slow_quantile(t, slow_quantile, larger_is_better=False))
-        points[(int(ws), int(r))] = (int(g["n_elements"].iloc[0]), measured)
+    points = probe_points(overlap, slow_quantile)
     smallest = min(ws for ws, _ in points)
     measured_compute = len({ws for ws, _ in points}) > 1 and smallest <= caps[0]
     rows = []
