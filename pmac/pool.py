@@ -58,9 +58,9 @@ def describe(statistic: str | float) -> str:
 def pool_raw(raws: Sequence[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
     """The raw tables of several probes as one: each table concatenated, and each point's
     repetitions numbered again (0, 1, ...) in the order of ``raws`` (a point is a row's values
-    except ``rep`` and the measured value, the table's last column; the noise probe's chunks and
-    the aliasing probe's rounds numbered on from one probe to the next). Tables only some probes
-    have are pooled from those."""
+    except ``rep``, the compute table's ``source`` and the measured value, the table's last column;
+    the noise probe's chunks, the aliasing probe's rounds and the compute table's sources numbered
+    on from one probe to the next). Tables only some probes have are pooled from those."""
     out: dict[str, pd.DataFrame] = {}
     names = list(dict.fromkeys(k for r in raws for k in r))
     for name in names:
@@ -76,10 +76,16 @@ def pool_raw(raws: Sequence[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]
                 out[name] = RAW_TABLES[name].coerce(pd.concat(frames, ignore_index=True))
             continue
         frames = [r[name].sort_values("rep", kind="stable") for r in raws if r.get(name) is not None]
+        if name == "compute":       # each probe's rows its own source, numbered on (a pool may be pooled)
+            k = 0
+            for i, f in enumerate(frames):
+                own = f["source"] - f["source"].min() if "source" in f.columns else 0
+                frames[i] = f.assign(source=own + k)
+                k = int(frames[i]["source"].max()) + 1 if len(f) else k
         df = pd.concat(frames, ignore_index=True)
         spec = RAW_TABLES.get(name)
         cols = [c for c, _ in spec.columns] if spec else list(df.columns)
-        point = [c for c in cols[:-1] if c != "rep"]
+        point = [c for c in cols[:-1] if c not in ("rep", "source")]
         if "rep" in df.columns and len(df):
             df["rep"] = df.groupby(point, sort=False).cumcount()
         out[name] = spec.coerce(df) if spec else df
@@ -274,25 +280,21 @@ def _has(raw: dict[str, pd.DataFrame], prefix: str) -> bool:
 
 def _paired_all_cores(raws: list[dict[str, pd.DataFrame]], paths) -> tuple[list[dict[str, pd.DataFrame]], list[str]]:
     """(raws, notes): a kernel's slowdown with every core busy is its ``all:`` rows against its
-    time alone (pmac.probe.all_cores_slowdown), from ``alone:`` rows timed beside them where the
-    probes have them. Where some probes have both and others ``all:`` rows only (probed before
-    29 Nov 2026 09:00), the latter's ``all:`` rows are left out, so that both sides come from the
-    same probes; where none has ``alone:`` rows but not every probe has ``all:`` rows, a note says
-    that the time alone comes from more probes than the time busy."""
+    time alone, each probe's own (pmac.probe.within_probes): from ``alone:`` rows timed beside them
+    where the probe has them, else from its one-core kernels. Where some probes have both and
+    others ``all:`` rows only (probed before 29 Nov 2026 09:00), the latter's ``all:`` rows are left
+    out, and a note says so: a time alone taken beside the busy one is the better measurement."""
     with_all = [i for i, r in enumerate(raws) if _has(r, "all:")]
     paired = [i for i in with_all if _has(raws[i], "alone:")]
-    if paired:
-        out = [r if i not in with_all or i in paired else
-               {**r, "compute": r["compute"][~r["compute"]["probe"].str.startswith("all:")].reset_index(drop=True)}
-               for i, r in enumerate(raws)]
-        left = [str(paths[i]) for i in with_all if i not in paired]
-        return out, ([f"{_ALL_CORES} rows of {', '.join(left)} left out: they have no alone: rows to pair "
-                      "with (probed before 29 Nov 2026 09:00); the slowdowns come from the other probes"]
-                     if left else [])
-    if with_all and len(with_all) < len(raws):
-        return raws, [f"the {_ALL_CORES} slowdowns pair {len(with_all)} probe(s)' all: rows with every "
-                      "probe's one-core rows: the host may have run them in other states (pmac.pool)"]
-    return raws, []
+    if not paired:
+        return raws, []
+    out = [r if i not in with_all or i in paired else
+           {**r, "compute": r["compute"][~r["compute"]["probe"].str.startswith("all:")].reset_index(drop=True)}
+           for i, r in enumerate(raws)]
+    left = [str(paths[i]) for i in with_all if i not in paired]
+    return out, ([f"{_ALL_CORES} rows of {', '.join(left)} left out: they have no alone: rows to pair "
+                  "with (probed before 29 Nov 2026 09:00); the slowdowns come from the other probes"]
+                 if left else [])
 
 
 def pool_notes(profile: MachineProfile) -> list[str]:

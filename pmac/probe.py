@@ -146,7 +146,50 @@ def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
     """ComputeModel from the raw ``compute`` table: per point the median of its ``best`` best
     repetitions over all rounds (highest rates, lowest branch costs: a neighbour on a shared core
     only ever makes a repetition worse), as the memory probe's stop rule does; with
-    ``slow_quantile``, that quantile of all of them (pmac.fit.at_slow_quantile, pmac.pool.refit)."""
+    ``slow_quantile``, that quantile of all of them (pmac.fit.at_slow_quantile, pmac.pool.refit).
+    A pooled table's rates come from all its rows; what is derived from several kernels at once
+    comes from each probe's own rows (:func:`within_probes`)."""
+    model = _compute_model(rows, isa, best=best, slow_quantile=slow_quantile)
+    if "source" in rows.columns and rows["source"].nunique() > 1:
+        return within_probes(model, rows, isa, best=best, slow_quantile=slow_quantile)
+    return model
+
+
+def within_probes(model: ComputeModel, rows: pd.DataFrame, isa: dict, **statistic) -> ComputeModel:
+    """``model`` (fitted from every row of a pooled ``compute`` table, column ``source``: the probe
+    a row came from, pmac.pool.pool_raw) with its ``divider_beta`` and all-cores slowdowns derived
+    within each probe, then the median over the probes that ran their kernels.
+
+    Each is a ratio of kernels: the divpar kernels against the divider and scalar rates, a kernel
+    with every core busy against it alone. Pooled, a ratio's two sides would come from different
+    probes wherever only some probes ran one side (the divpar kernels since 29 Nov 2026, the
+    ``alone:`` rows since 09:00 that day); a host that ran slower on one day than another then
+    biases it (the 28 Nov probes pooled with four of 29 Nov gave divider_beta 0.735, the four
+    alone 0.41). A probe lacking a point another has (e.g. the loop kernel replaced by
+    pmac.state.with_loop_reps) takes the pool's rows of it, except ``alone:`` rows: a probe
+    without its own prices its slowdowns against its own one-core kernels, as it did alone."""
+    point = ["probe", "param"]
+    keys = pd.MultiIndex.from_frame(rows[point])
+    betas, slowdowns, n = [], {}, model.all_cores_n
+    for _, own in rows.groupby("source", sort=True):
+        lack = rows[~keys.isin(pd.MultiIndex.from_frame(own[point])) & ~rows["probe"].str.startswith("alone:")]
+        one = _compute_model(pd.concat([own, lack], ignore_index=True), isa, **statistic)
+        kinds = set(own["probe"].unique())
+        if one.divider_beta is not None and kinds & {"divpar", "divmix"}:
+            betas.append(one.divider_beta)
+        for k, r in zip(one.all_cores_kernels or (), one.all_cores_slowdown or ()):
+            if f"all:{k}" in kinds:
+                slowdowns.setdefault(k, []).append(r)
+                n = one.all_cores_n
+    out = dataclasses.replace(model, divider_beta=float(np.median(betas)) if betas else model.divider_beta)
+    if slowdowns:
+        out = dataclasses.replace(out, all_cores_n=n, all_cores_kernels=tuple(slowdowns),
+                                  all_cores_slowdown=tuple(float(np.median(v)) for v in slowdowns.values()))
+    return out
+
+
+def _compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
+                   slow_quantile: float | None = None) -> ComputeModel:
     from probes.memory import ending_reps
 
     def med(probe):
@@ -196,8 +239,7 @@ def all_cores_slowdown(rows: pd.DataFrame, med) -> dict:
     statistic (a point's value by param, as compute_model takes them). Its time alone: the
     ``alone:KERNEL`` rows, timed beside the busy ones in the same rounds, where the probe wrote
     them (since 29 Nov 2026 09:00); else the one-core kernel's own rows (the branch kernel's at
-    p = 0, the chain's at its adds), which in a pool may come from other probes than the busy
-    rows. {} without ``all:`` rows (probes before 29 Nov 2026 05:00, one core)."""
+    p = 0, the chain's at its adds). In a pool, each probe's own (:func:`within_probes`). {} without ``all:`` rows (probes before 29 Nov 2026 05:00, one core)."""
     names, ratios, n = [], [], None
     for kernel in dict.fromkeys(p.removeprefix("all:") for p in rows["probe"].unique() if p.startswith("all:")):
         if not (rows["probe"] == kernel).any():

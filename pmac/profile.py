@@ -725,8 +725,12 @@ RAW_TABLES = {
     "collective": TableSpec(name="collective", columns=(
         ("placement", "U16"), ("op", "U16"), ("msg_bytes", "int64"), ("n_ranks", "int32"),
         ("rep", "int32"), ("time_s", "float64"))),
+    # source: which of a pooled profile's probes a row came from (pmac.pool.pool_raw; 0 in a probe's
+    # own table and in tables written before 29 Nov 2026), so that what is derived from several
+    # kernels is derived within each probe (pmac.probe.compute_model)
     "compute": TableSpec(name="compute", columns=(
-        ("probe", "U24"), ("param", "float64"), ("rep", "int32"), ("value", "float64"))),
+        ("source", "int32"), ("probe", "U24"), ("param", "float64"), ("rep", "int32"), ("value", "float64")),
+        added=(("source", 0),)),
     # the overlap probe (probes/memory.py measure_overlap): seconds per sweep of a[i] = f_chains(b[i])
     "overlap": TableSpec(name="overlap", columns=(
         ("working_set_bytes", "int64"), ("chains", "int32"), ("n_elements", "int64"), ("rep", "int32"),

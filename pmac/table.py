@@ -23,6 +23,9 @@ from .schema import atomic_write_bytes
 class TableSpec:
     name: str
     columns: tuple[tuple[str, str], ...]  # (column, numpy dtype string)
+    #: columns added after files were written with the table: (column, its value in such a file).
+    #: A table without one gets it filled in, on load and in :meth:`coerce`.
+    added: tuple[tuple[str, int | float | str], ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -35,9 +38,12 @@ class TableSpec:
         """Return a DataFrame with exactly the declared columns and dtypes (plain RangeIndex)."""
         if isinstance(df, dict):
             df = pd.DataFrame(df)
-        missing = [c for c in self.names if c not in df.columns]
+        added = dict(self.added)
+        missing = [c for c in self.names if c not in df.columns and c not in added]
         if missing:
             raise ValueError(f"table '{self.name}' lacks column(s) {', '.join(missing)}")
+        if added:       # absent, or missing in rows of a table concatenated with an older one
+            df = df.assign(**{c: df[c].fillna(v) if c in df.columns else v for c, v in added.items()})
         extra = [c for c in df.columns if c not in self.names]
         if extra:
             raise ValueError(f"table '{self.name}' has undeclared column(s) {', '.join(map(str, extra))}")
@@ -121,7 +127,8 @@ def load_tables(path: str | Path, specs: dict[str, TableSpec], *, required: tupl
                 if name in required:
                     raise InputError(f"table '{name}' missing", path=path)
                 continue
-            missing = [c for c in spec.names if c not in present]
+            added = dict(spec.added)
+            missing = [c for c in spec.names if c not in present and c not in added]
             if missing:
                 raise InputError(f"table '{name}' lacks column(s) {', '.join(missing)}", path=path)
             extra = sorted(present - set(spec.names))
@@ -130,6 +137,8 @@ def load_tables(path: str | Path, specs: dict[str, TableSpec], *, required: tupl
             cols = {}
             n = None
             for col, dtype in spec.columns:
+                if col not in present:      # a column added since the file was written
+                    continue
                 try:
                     arr, codes = _column(npz, name, col, keys)
                 except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as exc:
@@ -143,5 +152,8 @@ def load_tables(path: str | Path, specs: dict[str, TableSpec], *, required: tupl
                 elif rows != n:
                     raise InputError(f"table '{name}' column '{col}' has {rows} rows, expected {n}", path=path)
                 cols[col] = arr if codes is None else _decoded(arr, codes)
-            out[name] = pd.DataFrame(cols)
+            for col, dtype in spec.columns:
+                if col not in present:
+                    cols[col] = np.full(n or 0, added[col], dtype=dtype)
+            out[name] = pd.DataFrame({c: cols[c] for c in spec.names})
     return out

@@ -222,6 +222,11 @@ def test_pool_raw_numbers_each_points_repetitions_again():
     assert fs["value"].tolist() == [1.0, 2.0, 3.0] and fs["rep"].tolist() == [0, 1, 2]
     assert c[c["probe"] == "divsqrt"]["rep"].tolist() == [0]
     assert out["latency"]["latency_s"].tolist() == [1e-9] and str(c["rep"].dtype) == "int32"
+    # each probe's compute rows their own source; a pool pooled again keeps its sources apart
+    assert fs["source"].tolist() == [0, 0, 1] and str(c["source"].dtype) == "int32"
+    again = pool_raw([{"compute": b["compute"].assign(source=5)}, out])["compute"]
+    assert sorted(again["source"].tolist()) == [0, 1, 1, 1, 2]
+    assert again[again["source"] == 2]["value"].tolist() == [3.0]
 
 
 def test_pool_of_two_probes(tmp_path):
@@ -440,7 +445,8 @@ def _with_rows(src: Path, to: Path, rows: list[tuple]) -> Path:
 
     prof = load_profile(src)
     raw = load_raw(prof, src)
-    extra = pd.DataFrame(rows, columns=["probe", "param", "rep", "value"]).astype(raw["compute"].dtypes.to_dict())
+    extra = pd.DataFrame(rows, columns=["probe", "param", "rep", "value"]).assign(source=0).astype(
+        raw["compute"].dtypes.to_dict())
     raw = {**raw, "compute": pd.concat([raw["compute"], extra], ignore_index=True)}
     write_pair(prof, raw, to / src.name)
     return to / src.name
@@ -462,8 +468,48 @@ def test_pool_pairs_the_all_cores_rows_with_the_times_alone_beside_them(tmp_path
     assert len(raw["compute"].query("probe == 'all:flop_simd'")) == 5
     assert (f"all-cores compute rows of {old} left out: they have no alone: rows to pair with (probed before "
             "29 Nov 2026 09:00); the slowdowns come from the other probes") in prof.provenance["warnings"]
-    mixed, _ = pool([old, src], name="mixed", statistic="median")
-    assert ("the all-cores compute slowdowns pair 1 probe(s)' all: rows with every probe's one-core rows: the host "
-            "may have run them in other states (pmac.pool)") in mixed.provenance["warnings"]
+    # without alone: rows, a probe's all: rows against its own one-core rows (3x), not against the
+    # pool's, here half its own rows and half a faster probe's
+    fast = _kernel_scaled(src, tmp_path / "fast", "flop_simd", 2.0)
+    mixed, _ = pool([old, fast], name="mixed", statistic="median")
+    c = mixed.node.compute
+    assert dict(zip(c.all_cores_kernels, c.all_cores_slowdown)) == pytest.approx({"flop_simd": 3.0}, rel=1e-12)
+    assert not [w for w in mixed.provenance["warnings"] if "all-cores" in w]
     both, _ = pool([new, new], name="both", statistic="median")
     assert not [w for w in both.provenance["warnings"] if "all-cores" in w]
+
+
+def _kernel_scaled(src: Path, to: Path, kernel: str, factor: float, *, drop: tuple[str, ...] = ()) -> Path:
+    """A copy of the probe ``src`` at ``to``, its ``kernel`` rows' values times ``factor`` (a host in
+    another state) and the kernels ``drop`` left out (a probe from before they were written)."""
+    from pmac.probe import write_pair
+
+    prof = load_profile(src)
+    raw = load_raw(prof, src)
+    c = raw["compute"]
+    c = c[~c["probe"].isin(drop)].reset_index(drop=True)
+    c.loc[c["probe"] == kernel, "value"] *= factor
+    write_pair(prof, {**raw, "compute": c}, to / src.name)
+    return to / src.name
+
+
+def test_pool_derives_divider_beta_within_the_probes_that_ran_its_kernels(tmp_path):
+    """divider_beta prices the divmix kernels against the divider's rate: pooled with a probe of a
+    host whose divider ran at half the rate, and which has no divmix kernels, it is the first
+    probe's own (the pooled rate against its kernels alone would say otherwise). Each row keeps
+    its probe's number in the pooled sidecar, so a refit of the pool (a band, another statistic)
+    derives it the same way."""
+    from pmac.probe import compute_model
+
+    src = _copy("clx-vm", tmp_path / "src")
+    prof, raw = _load("clx-vm")
+    own = refit(prof, raw, statistic="median").node.compute.divider_beta
+    assert own > 0.05           # a beta the test can see move
+    half = _kernel_scaled(src, tmp_path / "half", "divsqrt", 0.5, drop=("divmix", "divpar"))
+    pooled, praw = pool([src, half], name="two", statistic="median")
+    assert pooled.node.compute.divider_beta == pytest.approx(own, rel=1e-12)
+    assert pooled.node.compute.divsqrt_per_s < refit(prof, raw, statistic="median").node.compute.divsqrt_per_s
+    mixed = compute_model(praw["compute"].drop(columns="source"), {"cpu_name": "", "llvmlite": ""}, slow_quantile=0.5)
+    assert abs(mixed.divider_beta - own) > 0.05     # what the pooled rates alone would give
+    again = refit(pooled, praw, statistic="median").node.compute.divider_beta
+    assert again == pytest.approx(own, rel=1e-12)

@@ -84,3 +84,21 @@ def test_dictionary_encoded_strings_load_back_equal(tmp_path):
     assert back.equals(df) and back["f"].dtype == df["f"].dtype
     assert (back["f"] == "").sum() == (df["f"] == "").sum() > 0
     assert isinstance(back, pd.DataFrame)
+
+
+def test_a_column_added_since_a_file_was_written_takes_its_stated_value(tmp_path):
+    """A table spec's ``added`` column: a file written without it loads with the stated value in
+    every row (in the column's dtype and place); rows without it, concatenated with rows that have
+    it, take the value in coerce; a column neither written nor added is still named as missing."""
+    newer = TableSpec(name="t", columns=(("src", "int32"), *SPEC.columns), added=(("src", 7),))
+    save_tables(tmp_path / "old.npz", {"t": frame(6)}, {"t": SPEC})
+    back = load_tables(tmp_path / "old.npz", {"t": newer})["t"]
+    assert list(back.columns) == ["src", "k", "fn", "x"]
+    assert back["src"].tolist() == [7] * 6 and back["src"].dtype == np.int32
+    assert back.drop(columns="src").equals(SPEC.coerce(frame(6)))
+    mixed = newer.coerce(pd.concat([frame(3).assign(src=1), frame(3)], ignore_index=True))
+    assert mixed["src"].tolist() == [1, 1, 1, 7, 7, 7]
+    save_tables(tmp_path / "new.npz", {"t": mixed}, {"t": newer})
+    assert load_tables(tmp_path / "new.npz", {"t": newer})["t"].equals(mixed)
+    with pytest.raises(InputError, match=r"old\.npz: table 't' lacks column\(s\) y"):
+        load_tables(tmp_path / "old.npz", {"t": TableSpec(name="t", columns=(*SPEC.columns, ("y", "int32")))})
