@@ -141,6 +141,10 @@ class _NoiseChunks:
         return RAW_TABLES["noise"].coerce(pd.concat(self._rows, ignore_index=True))
 
 
+#: the kernels divider_beta is fitted on: divpar since 29 Nov 2026, divmix before (probes/compute.py)
+_DIVIDER_KERNELS = ("divpar", "divmix")
+
+
 def compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
                   slow_quantile: float | None = None) -> ComputeModel:
     """ComputeModel from the raw ``compute`` table: per point the median of its ``best`` best
@@ -166,16 +170,20 @@ def within_probes(model: ComputeModel, rows: pd.DataFrame, isa: dict, **statisti
     ``alone:`` rows since 09:00 that day); a host that ran slower on one day than another then
     biases it (the 28 Nov probes pooled with four of 29 Nov gave divider_beta 0.735, the four
     alone 0.41). A probe lacking a point another has (e.g. the loop kernel replaced by
-    pmac.state.with_loop_reps) takes the pool's rows of it, except ``alone:`` rows: a probe
-    without its own prices its slowdowns against its own one-core kernels, as it did alone."""
+    pmac.state.with_loop_reps) takes the pool's rows of it, except those of the kernels a ratio is
+    derived from (divpar and divmix, ``all:`` and ``alone:`` rows): a probe without ``alone:``
+    rows prices its slowdowns against its own one-core kernels, as it did alone, and a probe with
+    divmix kernels derives its beta from them, not from another probe's divpar."""
     point = ["probe", "param"]
     keys = pd.MultiIndex.from_frame(rows[point])
+    # never filled in: the kernels a ratio is derived from (a probe without them derives none)
+    own_only = rows["probe"].isin(_DIVIDER_KERNELS) | rows["probe"].str.startswith(("all:", "alone:"))
     betas, slowdowns, n = [], {}, model.all_cores_n
     for _, own in rows.groupby("source", sort=True):
-        lack = rows[~keys.isin(pd.MultiIndex.from_frame(own[point])) & ~rows["probe"].str.startswith("alone:")]
+        lack = rows[~keys.isin(pd.MultiIndex.from_frame(own[point])) & ~own_only]
         one = _compute_model(pd.concat([own, lack], ignore_index=True), isa, **statistic)
         kinds = set(own["probe"].unique())
-        if one.divider_beta is not None and kinds & {"divpar", "divmix"}:
+        if one.divider_beta is not None and kinds & set(_DIVIDER_KERNELS):
             betas.append(one.divider_beta)
         for k, r in zip(one.all_cores_kernels or (), one.all_cores_slowdown or ()):
             if f"all:{k}" in kinds:
@@ -225,7 +233,7 @@ def _compute_model(rows: pd.DataFrame, isa: dict, *, best: int = COMPUTE_BEST,
         flop_per_s_scalar_independent=ind, flop_per_s_scalar_fma=fma, **all_cores_slowdown(rows, med))
     # the divpar kernels (probes before 29 Nov 2026: divmix, probes/compute.py), their other work at
     # the price the convolver gives scalar flop
-    mix = next((k for k in ("divpar", "divmix") if (rows["probe"] == k).any()), None)
+    mix = next((k for k in _DIVIDER_KERNELS if (rows["probe"] == k).any()), None)
     if ds is None or mix is None:
         return model
     return dataclasses.replace(model, divider_beta=divider_beta(

@@ -499,7 +499,7 @@ def test_pool_derives_divider_beta_within_the_probes_that_ran_its_kernels(tmp_pa
     probe's own (the pooled rate against its kernels alone would say otherwise). Each row keeps
     its probe's number in the pooled sidecar, so a refit of the pool (a band, another statistic)
     derives it the same way."""
-    from pmac.probe import compute_model
+    from pmac.probe import compute_model, write_pair
 
     src = _copy("clx-vm", tmp_path / "src")
     prof, raw = _load("clx-vm")
@@ -513,3 +513,13 @@ def test_pool_derives_divider_beta_within_the_probes_that_ran_its_kernels(tmp_pa
     assert abs(mixed.divider_beta - own) > 0.05     # what the pooled rates alone would give
     again = refit(pooled, praw, statistic="median").node.compute.divider_beta
     assert again == pytest.approx(own, rel=1e-12)
+    # a probe with the divpar kernels (since 29 Nov 2026), here the divmix ones renamed and run
+    # slower: each probe's beta from its own kernels, the pool's the median of the two
+    newer = _kernel_scaled(src, tmp_path / "newer", "divmix", 1.3)
+    raw_newer = load_raw(load_profile(newer), newer)
+    raw_newer["compute"]["probe"] = raw_newer["compute"]["probe"].replace("divmix", "divpar")
+    write_pair(load_profile(newer), raw_newer, newer)
+    theirs = refit(prof, load_raw(load_profile(newer), newer), statistic="median").node.compute.divider_beta
+    assert abs(theirs - own) > 0.05
+    both, _ = pool([src, newer], name="two", statistic="median")
+    assert both.node.compute.divider_beta == pytest.approx((own + theirs) / 2, rel=1e-12)
