@@ -247,7 +247,8 @@ def all_cores_slowdown(rows: pd.DataFrame, med) -> dict:
     statistic (a point's value by param, as compute_model takes them). Its time alone: the
     ``alone:KERNEL`` rows, timed beside the busy ones in the same rounds, where the probe wrote
     them (since 29 Nov 2026 09:00); else the one-core kernel's own rows (the branch kernel's at
-    p = 0, the chain's at its adds). In a pool, each probe's own (:func:`within_probes`). {} without ``all:`` rows (probes before 29 Nov 2026 05:00, one core)."""
+    p = 0, the chain's at its adds). In a pool, each probe's own (:func:`within_probes`). {}
+    without ``all:`` rows (probes before 29 Nov 2026 05:00, one core)."""
     names, ratios, n = [], [], None
     for kernel in dict.fromkeys(p.removeprefix("all:") for p in rows["probe"].unique() if p.startswith("all:")):
         if not (rows["probe"] == kernel).any():
