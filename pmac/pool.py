@@ -66,22 +66,14 @@ def pool_raw(raws: Sequence[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]
     for name in names:
         if name in ("noise", "alias"):
             # noise: a series, the chunks follow one another; alias: a round pairs its placements
-            col = "chunk" if name == "noise" else "round"
-            frames, k = [], 0
-            for r in raws:
-                if r.get(name) is not None and len(r[name]):
-                    frames.append(r[name].assign(**{col: r[name][col] + k}))
-                    k = int(frames[-1][col].max()) + 1
+            frames = [r[name] for r in raws if r.get(name) is not None and len(r[name])]
             if frames:
-                out[name] = RAW_TABLES[name].coerce(pd.concat(frames, ignore_index=True))
+                col = "chunk" if name == "noise" else "round"
+                out[name] = RAW_TABLES[name].coerce(pd.concat(_numbered_on(frames, col), ignore_index=True))
             continue
         frames = [r[name].sort_values("rep", kind="stable") for r in raws if r.get(name) is not None]
-        if name == "compute":       # each probe's rows its own source, numbered on (a pool may be pooled)
-            k = 0
-            for i, f in enumerate(frames):
-                own = f["source"] - f["source"].min() if "source" in f.columns else 0
-                frames[i] = f.assign(source=own + k)
-                k = int(frames[i]["source"].max()) + 1 if len(f) else k
+        if name == "compute":       # each probe's rows its own source (a pool may be pooled again)
+            frames = _numbered_on(frames, "source")
         df = pd.concat(frames, ignore_index=True)
         spec = RAW_TABLES.get(name)
         cols = [c for c, _ in spec.columns] if spec else list(df.columns)
@@ -89,6 +81,18 @@ def pool_raw(raws: Sequence[dict[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]
         if "rep" in df.columns and len(df):
             df["rep"] = df.groupby(point, sort=False).cumcount()
         out[name] = spec.coerce(df) if spec else df
+    return out
+
+
+def _numbered_on(frames: list[pd.DataFrame], col: str) -> list[pd.DataFrame]:
+    """``frames`` with ``col`` numbered on from one to the next: each frame's values less its
+    smallest, plus one past the previous frame's largest (a frame without the column: all 0)."""
+    out, k = [], 0
+    for f in frames:
+        own = f[col] - f[col].min() if col in f.columns and len(f) else 0
+        out.append(f.assign(**{col: own + k}))
+        if len(f):
+            k = int(out[-1][col].max()) + 1
     return out
 
 
