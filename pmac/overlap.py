@@ -113,10 +113,12 @@ def probe_points(overlap: pd.DataFrame, slow_quantile: float | None) -> dict[tup
     """``{(working set, chains): (elements, seconds)}`` of the overlap probe's raw table: each
     point's time, the median of its five fastest repetitions (the probe's stop rule) or, with
     ``slow_quantile``, that quantile of all of them."""
+    from probes.memory import ending_reps
+
     points = {}
     for (ws, r), g in overlap.groupby(["working_set_bytes", "chains"], sort=True):
         t = g["time_s"].to_numpy()
-        measured = (float(np.median(np.sort(t)[:5])) if slow_quantile is None
+        measured = (float(np.median(ending_reps(t, 5, "best", larger_is_better=False))) if slow_quantile is None
                     else at_slow_quantile(t, slow_quantile, larger_is_better=False))
         points[(int(ws), int(r))] = (int(g["n_elements"].iloc[0]), measured)
     return points

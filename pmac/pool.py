@@ -26,8 +26,8 @@ the median of its fastest few repetitions (the probe's stop rule, ``best``). Two
   host (``bench/accuracy --interleave``). ``pmac pool`` writes it with its own sidecar.
 - :func:`standing_apart`: the probes among three or more whose figures (memory plateaus, compute
   rates, a link's smallest-message time and bandwidth) stand more than a factor
-  (:data:`APART_FACTOR`) from the median of all the probes': a probe that met a disturbed host (a neighbour's burst of memory traffic
-  through one probe). :func:`pool` names them in its warnings, or leaves them out when asked
+  (:data:`APART_FACTOR`) from the median of all the probes': a probe that met a disturbed host
+  (a neighbour's burst of memory traffic through one probe). :func:`pool` names them in its warnings, or leaves them out when asked
   (``pmac pool --drop-apart``). A median statistic already bounds what one such probe among many
   moves; with a few probes, or at ``best``, one probe can set a point.
 """
