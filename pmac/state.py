@@ -14,11 +14,22 @@ raw repetitions:
 - the time of a loop's own work: the compute probe's branch kernel with its branch never taken
   (loads, a compare and branch, an add, one after another: what every loop pays per iteration).
 
+- the same loop on every CPU at once, one thread pinned to each, each timing its own calls (the
+  busy check), against the profile's ``all:branch`` repetitions (the compute probe's loop on every
+  core at once; its value is the slower core's, as a synchronised job goes).
+
 Why the third: the first two see little of what slows ordinary scalar code on a shared host. In
 the host's slow episodes on the EPYC VM (``bench/noise_sensitivity``, 27 Nov 2026) stream_mpi's C
 triad ran 1.86 times its median, the branch loop 1.80, the scalar flop kernel 1.32 and the L2 load
 1.13. A profile without repetitions of that kernel leaves its column empty, and the verdict rests
 on the other two.
+
+Why the fourth: the first three run one CPU at a time, and a VM's host can keep each vCPU at full
+speed alone and halve one when both are busy (two vCPUs on one physical core's threads, or one
+core time-shared). On the Zen 4 VM of 2 Dec 2026 the compute probe's kernels ran alone at 10.8 G
+independent flop/s and 0.31 ns a loop element while the same kernels on both vCPUs at once ran at
+5.2-5.4 and 0.60-0.63 in stretches of a minute or more, and at 9.5 and 0.31 in others: a state an
+MPI job with a rank on every core meets and the one-CPU checks cannot see.
 
 Each is the median of its repetitions, on each CPU the process may run on (pinned to each in
 turn: one core of a VM can be slower than another), against the median of all the profile's
@@ -29,6 +40,8 @@ Every ratio is a speed, now over probed: above 1 the machine runs faster now.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 import pandas as pd
@@ -41,6 +54,11 @@ STATE_TOLERANCE = 0.10
 
 #: the branch kernel's array, as the compute probe sweeps it (its value: seconds an element)
 BRANCH_ELEMENTS = 1 << 20
+#: timed calls of the busy check on each CPU (each about :data:`BUSY_CALL_S`)
+BUSY_REPS = 9
+BUSY_CALL_S = 0.005
+#: the columns of :func:`state_ratios`, in the order of a check's values; the last two are times
+STATE_COLUMNS = ("l2", "flop", "loop", "busy")
 
 
 def _loop_rows(comp: pd.DataFrame) -> pd.Series:
@@ -48,10 +66,70 @@ def _loop_rows(comp: pd.DataFrame) -> pd.Series:
     return (comp["probe"] == "branch") & (comp["param"] == 0.0)
 
 
-def measure_state() -> dict[int, tuple[float, float, float]]:
+def busy_loop_s(cpus, *, reps: int = BUSY_REPS, call_s: float = BUSY_CALL_S) -> dict[int, float]:
+    """Seconds per element of the never-taken branch loop on each CPU of ``cpus`` while every one of
+    them runs it: a thread pinned to each CPU, all started together, each timing its own calls of
+    about ``call_s``; the median of a thread's first ``reps`` calls, every one of them made while
+    the other threads were still calling (a thread stops only once every thread has its ``reps``).
+    {} for fewer than two CPUs."""
+    from probes import compute as pc
+
+    cpus = sorted(cpus)
+    if len(cpus) < 2:
+        return {}
+    arrays = [(np.zeros(BRANCH_ELEMENTS, dtype=np.uint8), np.zeros(1024, dtype=np.int64)) for _ in cpus]
+    r0, s0 = arrays[0]
+    pc.branchy_nogil(r0, 1, s0)             # compiled (or loaded) before any timing
+    n = 1
+    while n < 1 << 20:                      # sweeps a call, chosen on this thread alone
+        t0 = time.perf_counter()
+        pc.branchy_nogil(r0, n, s0)
+        if time.perf_counter() - t0 >= call_s:
+            break
+        n *= 2
+    start = threading.Barrier(len(cpus))
+    lock = threading.Lock()
+    times = {cpu: [] for cpu in cpus}
+    ready = [0]
+    errors = []
+
+    def work(cpu, r, sink):
+        try:
+            os.sched_setaffinity(0, {cpu})  # this thread only (Linux: pid 0 is the calling thread)
+            start.wait()
+            own = times[cpu]
+            while True:
+                t0 = time.perf_counter()
+                pc.branchy_nogil(r, n, sink)
+                own.append((time.perf_counter() - t0) / (n * r.size))
+                if len(own) == reps:
+                    with lock:
+                        ready[0] += 1
+                with lock:
+                    if ready[0] == len(cpus):
+                        return
+        except BaseException as exc:        # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+            start.abort()
+            with lock:
+                ready[0] = len(cpus)
+
+    threads = [threading.Thread(target=work, args=(cpu, r, sink), daemon=True)
+               for cpu, (r, sink) in zip(cpus, arrays)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return {cpu: float(np.median(v[:reps])) for cpu, v in times.items()}
+
+
+def measure_state() -> dict[int, tuple[float, ...]]:
     """One round of the check on every CPU the process may run on: {cpu: (L2 load bandwidth in
-    bytes/s, scalar flop rate in flop/s, seconds per element of the never-taken branch loop)},
-    each the median of its 9 repetitions."""
+    bytes/s, scalar flop rate in flop/s, seconds per element of the never-taken branch loop, the
+    same with every CPU running it at once)}, each the median of its 9 repetitions; one CPU alone
+    has no busy check (three values)."""
     from probes import compute as pc
     from probes import memory as pm
 
@@ -72,13 +150,15 @@ def measure_state() -> dict[int, tuple[float, float, float]]:
             out[cpu] = (bw, float(np.median(flops)), float(np.median(loop)))
     finally:
         os.sched_setaffinity(0, set(cpus))
-    return out
+    busy = busy_loop_s(cpus)
+    return {cpu: v + (busy[cpu],) if cpu in busy else v for cpu, v in out.items()}
 
 
-def profile_state(raw: dict) -> tuple[float, float, float | None] | None:
+def profile_state(raw: dict) -> tuple[float, float, float | None, float | None] | None:
     """The same medians from a profile's raw repetitions (pmac.profile.load_raw): the load point
-    nearest :data:`STATE_WS_BYTES` (on a log scale), ``flop_scalar``, and the branch kernel at
-    probability 0 (None when the profile has none); None without the first two."""
+    nearest :data:`STATE_WS_BYTES` (on a log scale), ``flop_scalar``, the branch kernel at
+    probability 0 and its ``all:branch`` rows (every core at once; each None when the profile has
+    none); None without the first two."""
     if "bandwidth" not in raw or "compute" not in raw:
         return None
     b = raw["bandwidth"]
@@ -89,23 +169,27 @@ def profile_state(raw: dict) -> tuple[float, float, float | None] | None:
     if len(ws) == 0 or len(fl) == 0:
         return None
     loop = comp[_loop_rows(comp)]["value"]
+    busy = comp[comp["probe"] == "all:branch"]["value"]
     near = ws[np.argmin(np.abs(np.log(ws / STATE_WS_BYTES)))]
     return (float(b[b["working_set_bytes"] == near]["bandwidth_bytes_per_s"].median()), float(fl.median()),
-            float(np.median(loop)) if len(loop) else None)
+            float(np.median(loop)) if len(loop) else None, float(np.median(busy)) if len(busy) else None)
 
 
 def state_ratios(rounds: list[dict[int, tuple]], ref: tuple) -> pd.DataFrame:
     """Per CPU, now over the profile (``ref``, :func:`profile_state`), as speeds: the median,
     lowest and highest over ``rounds`` (:func:`measure_state` results) of the L2 load, the scalar
-    flop and the loop ratios (the loop's: probed seconds over now's; NaN when ``ref`` has none)."""
+    flop, the loop and the busy loop ratios (the loops': probed seconds over now's; NaN when ``ref``
+    or the rounds have none). The busy ratio sets a CPU's own time with every CPU busy against the
+    profile's ``all:branch`` time, the slower core's: below 1 on a CPU, it runs slower busy now than
+    the slower core did while probed."""
     rows = []
     for cpu in sorted(rounds[0]):
         row = dict(cpu=cpu)
-        for k, name in enumerate(("l2", "flop", "loop")):
-            if k >= len(ref) or ref[k] is None or k >= len(rounds[0][cpu]):
+        for k, name in enumerate(STATE_COLUMNS):
+            if k >= len(ref) or ref[k] is None or any(k >= len(x[cpu]) for x in rounds):
                 row.update({name: np.nan, f"{name}_lo": np.nan, f"{name}_hi": np.nan})
                 continue
-            r = np.array([ref[k] / x[cpu][k] if name == "loop" else x[cpu][k] / ref[k] for x in rounds])
+            r = np.array([ref[k] / x[cpu][k] if name in ("loop", "busy") else x[cpu][k] / ref[k] for x in rounds])
             row.update({name: float(np.median(r)), f"{name}_lo": float(r.min()), f"{name}_hi": float(r.max())})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -114,7 +198,7 @@ def state_ratios(rounds: list[dict[int, tuple]], ref: tuple) -> pd.DataFrame:
 def verdict(ratios: pd.DataFrame, tolerance: float = STATE_TOLERANCE) -> str:
     """One sentence: whether every CPU's median ratios are within ``tolerance`` of 1 (a kernel the
     profile has no repetitions of, NaN, says nothing)."""
-    cols = [c for c in ("l2", "flop", "loop") if c in ratios]
+    cols = [c for c in STATE_COLUMNS if c in ratios]
     worst = ratios[cols].to_numpy(dtype=np.float64)
     worst = worst[np.isfinite(worst)]
     off = np.abs(worst - 1.0).max()
@@ -135,22 +219,53 @@ def synchronised_loop_s(rounds: list[dict[int, tuple]]) -> np.ndarray:
                     dtype=np.float64)
 
 
-def with_loop_reps(raw: dict, seconds: np.ndarray) -> dict:
+def synchronised_busy_loop_s(rounds: list[dict[int, tuple]]) -> np.ndarray:
+    """Per round of :func:`measure_state`, the busy check's seconds per element on the slower of its
+    CPUs (what the profile's ``all:branch`` rows record: a call on every core ends with the slower
+    one). Rounds without the busy check (older checks, one CPU) are left out."""
+    return np.array([max(v[3] for v in r.values()) for r in rounds if r and all(len(v) > 3 for v in r.values())],
+                    dtype=np.float64)
+
+
+def _positive(seconds, what: str) -> np.ndarray:
+    seconds = np.asarray(seconds, dtype=np.float64)
+    if seconds.size == 0 or not np.all(np.isfinite(seconds) & (seconds > 0)):
+        raise ValueError(f"with_loop_reps: needs positive seconds per element ({what})")
+    return seconds
+
+
+def with_loop_reps(raw: dict, seconds: np.ndarray, busy_seconds: np.ndarray | None = None) -> dict:
     """``raw`` (pmac.profile.load_raw) with the compute probe's branch kernel at probability 0 (a
     loop's own work) measured again: its repetitions replaced by ``seconds`` (e.g.
     :func:`synchronised_loop_s` of the checks taken between a program's runs); the other tables
     and points as they were. The profile refitted from it (pmac.pool.refit) prices loop work as
-    those checks found it."""
+    those checks found it.
+
+    With ``busy_seconds`` (e.g. :func:`synchronised_busy_loop_s` of the same checks) the loop's
+    all-cores slowdown is measured again too: every probe's ``all:branch`` rows replaced by
+    ``busy_seconds`` (at the cores the probe kept busy) and its ``alone:branch`` rows by
+    ``seconds``, the two sides of the slowdown from the same checks. In a pooled table (column
+    ``source``: the probe a row came from) they are rows of a source of their own, so the
+    slowdown a pool derives within each probe (pmac.probe.within_probes) is theirs alone. Without
+    it the probe's slowdown stays, priced on the new loop work."""
     from .profile import RAW_TABLES
 
-    seconds = np.asarray(seconds, dtype=np.float64)
-    if seconds.size == 0 or not np.all(np.isfinite(seconds) & (seconds > 0)):
-        raise ValueError("with_loop_reps: needs positive seconds per element")
+    seconds = _positive(seconds, "loop")
     comp = raw["compute"]
-    keep = comp[~_loop_rows(comp)]
-    new = pd.DataFrame({"probe": "branch", "param": 0.0, "rep": np.arange(seconds.size), "value": seconds})
+    drop = _loop_rows(comp)
+    new = [pd.DataFrame({"probe": "branch", "param": 0.0, "rep": np.arange(seconds.size), "value": seconds})]
+    if busy_seconds is not None and (comp["probe"] == "all:branch").any():
+        busy_seconds = _positive(busy_seconds, "busy loop")
+        n_busy = float(comp.loc[comp["probe"] == "all:branch", "param"].max())
+        drop |= comp["probe"].isin(("all:branch", "alone:branch"))
+        extra = [pd.DataFrame({"probe": "alone:branch", "param": 1.0, "rep": np.arange(seconds.size), "value": seconds}),
+                 pd.DataFrame({"probe": "all:branch", "param": n_busy, "rep": np.arange(busy_seconds.size),
+                               "value": busy_seconds})]
+        if "source" in comp.columns and comp["source"].nunique() > 1:
+            extra = [e.assign(source=int(comp["source"].max()) + 1) for e in extra]
+        new += extra
     out = dict(raw)
-    out["compute"] = RAW_TABLES["compute"].coerce(pd.concat([keep, new], ignore_index=True))
+    out["compute"] = RAW_TABLES["compute"].coerce(pd.concat([comp[~drop]] + new, ignore_index=True))
     return out
 
 

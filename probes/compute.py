@@ -304,6 +304,13 @@ def _branchy(r, reps, out):
     return k
 
 
+@njit(cache=True, nogil=True)
+def branchy_nogil(r, reps, out):
+    """:func:`_branchy` without the GIL: Python threads pinned one a CPU run it at once, each timing
+    its own calls (pmac.state's busy check, which says how each CPU runs with the others busy)."""
+    return _branchy(r, reps, out)
+
+
 # the kernels on every core at once: one numba thread a row of ``xs`` (prange over the rows, one a
 # thread when there are as many threads as rows); defined here rather than generated so that numba
 # caches them on disk like the one-core kernels

@@ -888,9 +888,13 @@ def test_check_compares_this_machine_with_its_profile(probed, capsys, tmp_path):
     assert main(["check", str(out / "tiny.yaml"), "--rounds", "1"]) == 0
     text = capsys.readouterr().out
     cell = r"\s+([\d.]+) \(([\d.]+)-([\d.]+)\)"
-    rows = re.findall(r"^\s+(\d+)" + cell * 3 + "$", text, re.M)   # L2 load, scalar flop, loop work
+    # L2 load, scalar flop, loop work, and the loop with every CPU busy ("-" on one CPU)
+    rows = re.findall(r"^\s+(\d+)" + cell * 3 + r"(?:" + cell + r"|\s+-)$", text, re.M)
     assert sorted(int(r[0]) for r in rows) == sorted(os.sched_getaffinity(0))
-    assert all(float(x) > 0 for r in rows for x in r[1:])
+    assert all(float(x) > 0 for r in rows for x in r[1:10])
+    if len(rows) > 1:           # the quick probe ran its all: kernels: the busy column is measured
+        assert all(float(x) > 0 for r in rows for x in r[10:])
+        assert "(loop, all busy: each CPU's loop with every CPU running it at once" in text
     assert re.search(r"^  runs (as probed|faster|slower)", text, re.M), text
     other = dataclasses.replace(load_profile(out / "tiny.yaml"),
                                 provenance=dict(prof.provenance, host="elsewhere"))

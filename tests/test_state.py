@@ -20,8 +20,12 @@ def test_profile_state_takes_the_nearest_point_and_the_medians():
     # 229376 B is nearer 256 KiB than 131072 or 524288 on a log scale; store and 2-core rows ignored;
     # the branch kernel at probability 0 only (its 0.5 row is another point)
     assert STATE_WS_BYTES == 262144
-    assert profile_state({"bandwidth": bw, "compute": comp}) == (4.0, 5.0, 2e-9)
-    assert profile_state({"bandwidth": bw, "compute": comp[comp["probe"] != "branch"]}) == (4.0, 5.0, None)
+    assert profile_state({"bandwidth": bw, "compute": comp}) == (4.0, 5.0, 2e-9, None)
+    assert profile_state({"bandwidth": bw, "compute": comp[comp["probe"] != "branch"]}) == (4.0, 5.0, None, None)
+    # the loop on every core at once: the median of the all:branch rows (alone:branch is another point)
+    busy = pd.DataFrame({"probe": ["all:branch"] * 3 + ["alone:branch"], "param": [2.0] * 3 + [1.0],
+                         "value": [6e-9, 4e-9, 9e-9, 1e-9]})
+    assert profile_state({"bandwidth": bw, "compute": pd.concat([comp, busy])}) == (4.0, 5.0, 2e-9, 6e-9)
     assert profile_state({"bandwidth": bw}) is None
     assert profile_state({"bandwidth": bw, "compute": comp[comp["probe"] == "flop_simd"]}) is None
 
@@ -31,6 +35,9 @@ def test_ratios_per_cpu_and_verdict_by_hand():
     rounds = [{0: (2.0, 4.0, 2.0), 1: (1.8, 2.0, 1.0)}, {0: (4.0, 2.0, 4.0), 1: (2.0, 2.0, 1.0)},
               {0: (3.0, 3.0, 1.0), 1: (2.2, 2.2, 1.0)}]
     t = state_ratios(rounds, (2.0, 2.0, 1.0)).set_index("cpu")
+    busy = ["busy", "busy_lo", "busy_hi"]     # no busy check in these rounds (nor a reference): empty
+    assert np.isnan(t[busy].to_numpy()).all()
+    t = t.drop(columns=busy)
     assert t.loc[0].to_dict() == pytest.approx(dict(l2=1.5, l2_lo=1.0, l2_hi=2.0, flop=1.5, flop_lo=1.0, flop_hi=2.0,
                                                     loop=0.5, loop_lo=0.25, loop_hi=1.0))
     assert t.loc[1].to_dict() == pytest.approx(dict(l2=1.0, l2_lo=0.9, l2_hi=1.1, flop=1.0, flop_lo=1.0, flop_hi=1.1,
@@ -49,6 +56,111 @@ def test_ratios_per_cpu_and_verdict_by_hand():
     assert verdict(slow).startswith("runs slower than probed (ratios 0.55-0.95)")
     assert verdict(pd.DataFrame(dict(cpu=[0, 1], l2=[0.5, 1.3], flop=[1.0, 1.0]))).startswith(
         "runs faster in part and slower in part than probed (ratios 0.50-1.30)")
+
+
+def test_busy_ratios_per_cpu_by_hand():
+    """The fourth value of a check, each CPU's loop with every CPU busy, against the profile's
+    all:branch median (a time: probed over now); rounds of an older check (three values) or a
+    profile without all:branch rows leave the column empty, and the verdict then rests on the rest."""
+    rounds = [{0: (2.0, 2.0, 1.0, 2.0), 1: (2.0, 2.0, 1.0, 4.0)}, {0: (2.0, 2.0, 1.0, 2.0), 1: (2.0, 2.0, 1.0, 8.0)}]
+    t = state_ratios(rounds, (2.0, 2.0, 1.0, 2.0)).set_index("cpu")
+    assert t.loc[0, ["busy", "busy_lo", "busy_hi"]].tolist() == pytest.approx([1.0, 1.0, 1.0])
+    assert t.loc[1, ["busy", "busy_lo", "busy_hi"]].tolist() == pytest.approx([0.375, 0.25, 0.5])
+    assert verdict(t).startswith("runs slower than probed (ratios 0.38-1.00)")
+    assert verdict(t.loc[[0]]) == "runs as probed: every ratio within 10% of 1"
+    assert np.isnan(state_ratios(rounds, (2.0, 2.0, 1.0, None))["busy"]).all()
+    older = [rounds[0], {0: (2.0, 2.0, 1.0), 1: (2.0, 2.0, 1.0)}]
+    t3 = state_ratios(older, (2.0, 2.0, 1.0, 2.0))
+    assert np.isnan(t3["busy"]).all() and verdict(t3) == "runs as probed: every ratio within 10% of 1"
+
+
+def test_busy_loop_times_every_cpu_while_the_others_run(monkeypatch):
+    """pmac.state.busy_loop_s with the kernel replaced by one that sleeps (CPU 0's calls 2 ms, the
+    next CPU's 5 ms) and records when each call ran: each CPU's median is its own calls' (seconds
+    per element of the array the kernel sweeps), and every call it counts ended while the other
+    thread was still calling. One CPU alone: nothing to run beside it, {}."""
+    import os
+    import threading
+    import time
+
+    from probes import compute as pc
+    from pmac.state import BRANCH_ELEMENTS, busy_loop_s
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs to run the busy check on (this machine lets the process run on one)")
+    cpus = cpus[:2]
+    calls = []
+    sleep_s = {cpus[0]: 0.002, cpus[1]: 0.005}
+    main_thread = threading.main_thread()
+
+    def fake(r, n, sink):
+        if threading.current_thread() is main_thread:
+            return 0                        # choosing the sweeps a call: one sweep is enough here
+        cpu = next(iter(os.sched_getaffinity(0)))
+        t0 = time.perf_counter()
+        time.sleep(sleep_s[cpu])
+        calls.append((cpu, t0, time.perf_counter()))
+        return 0
+
+    monkeypatch.setattr(pc, "branchy_nogil", fake)
+    out = busy_loop_s(cpus, reps=5, call_s=0.0)
+    assert set(out) == set(cpus)
+    for cpu in cpus:
+        own = [c for c in calls if c[0] == cpu]
+        assert len(own) >= 5
+        per_element = sorted((e - s) / BRANCH_ELEMENTS for _, s, e in own[:5])
+        assert out[cpu] == pytest.approx(per_element[2], rel=0.05)
+        assert out[cpu] * BRANCH_ELEMENTS >= sleep_s[cpu]
+        other_end = max(e for c, _, e in calls if c != cpu)
+        assert all(e <= other_end for _, _, e in own[:5])
+    assert busy_loop_s(cpus[:1]) == {}
+
+
+def test_state_loop_replaces_the_busy_rows_and_the_slowdown_follows(tmp_path):
+    """pmac.state.with_loop_reps with the busy loop too: every probe's all:branch rows become the
+    checks' busy seconds and their alone:branch rows the checks' loop alone, so the refitted
+    profile's loop slowdown is the checks' (median busy over median alone, by hand) and its loop
+    work the checks' loop; in a pooled table they are a source of their own, and the slowdown is
+    theirs alone. A profile without all:branch rows has nothing to replace."""
+    from pmac.probe import compute_model
+    from pmac.state import synchronised_busy_loop_s, with_loop_reps
+
+    rounds = [{0: (1.0, 1.0, 3e-10, 6e-10), 1: (1.0, 1.0, 4e-10, 9e-10)},
+              {0: (1.0, 1.0, 5e-10, 5e-10), 1: (1.0, 1.0, 3e-10, 7e-10)},
+              {0: (1.0, 1.0, 2e-10), 1: (1.0, 1.0, 2e-10)}]      # an older round: no busy loop
+    assert synchronised_busy_loop_s(rounds) == pytest.approx([9e-10, 7e-10])
+    assert synchronised_busy_loop_s([]).size == 0
+    rows = [("flop_scalar", 64.0, 10e9), ("flop_simd", 256.0, 40e9), ("dependency", 1.0, 1e9),
+            ("branch", 0.0, 3e-10), ("branch", 0.5, 3e-9), ("branch_miss", 0.0, 0.0), ("branch_miss", 0.5, 0.5),
+            ("alone:branch", 1.0, 3e-10), ("all:branch", 2.0, 9e-10)]
+    comp = pd.DataFrame([dict(probe=p, param=q, rep=i, value=v) for p, q, v in rows for i in range(3)])
+    isa = {"cpu_name": "", "llvmlite": ""}
+    before = compute_model(comp, isa, slow_quantile=0.5)
+    assert dict(zip(before.all_cores_kernels, before.all_cores_slowdown)) == pytest.approx({"branch": 3.0})
+    loop, busy = np.array([4e-10, 5e-10]), np.array([6e-10, 8e-10])
+    c = with_loop_reps({"compute": comp}, loop, busy)["compute"]
+    assert sorted(c[c.probe == "all:branch"]["value"]) == pytest.approx([6e-10, 8e-10])
+    assert set(c[c.probe == "all:branch"]["param"]) == {2.0}
+    assert sorted(c[c.probe == "alone:branch"]["value"]) == pytest.approx([4e-10, 5e-10])
+    after = compute_model(c, isa, slow_quantile=0.5)
+    assert dict(zip(after.all_cores_kernels, after.all_cores_slowdown)) == pytest.approx({"branch": 7.0 / 4.5})
+    assert after.branch_cost_s[0] == pytest.approx(4.5e-10)
+    # pooled: two probes, their own busy rows 3x and 2x; the checks' rows a third source, theirs alone
+    other = comp.assign(value=np.where(comp.probe == "all:branch", 6e-10, comp["value"]))
+    pooled = pd.concat([comp.assign(source=0), other.assign(source=1)], ignore_index=True)
+    assert compute_model(pooled, isa, slow_quantile=0.5).all_cores_slowdown == pytest.approx((2.5,))
+    pc = with_loop_reps({"compute": pooled}, loop, busy)["compute"]
+    assert set(pc[pc.probe.isin(["all:branch", "alone:branch"])]["source"]) == {2}
+    assert compute_model(pc, isa, slow_quantile=0.5).all_cores_slowdown == pytest.approx((7.0 / 4.5,))
+    # without all:branch rows the busy seconds replace nothing; without busy seconds the probe's stay
+    bare = comp[~comp.probe.isin(["all:branch", "alone:branch"])]
+    c2 = with_loop_reps({"compute": bare}, loop, busy)["compute"]
+    assert not c2.probe.isin(["all:branch", "alone:branch"]).any()
+    kept = with_loop_reps({"compute": comp}, loop)["compute"]
+    assert sorted(kept[kept.probe == "all:branch"]["value"]) == pytest.approx([9e-10] * 3)
+    with pytest.raises(ValueError, match=r"needs positive seconds per element \(busy loop\)"):
+        with_loop_reps({"compute": comp}, loop, np.array([0.0]))
 
 
 def test_synchronised_loop_takes_the_slower_cpu_and_replaces_the_kernels_reps():
