@@ -232,10 +232,14 @@ def test_fma_kernel_counts_its_fmas():
     assert pc._flop_fma(x, 2, c) == pytest.approx(want, rel=1e-12)
     assert pc.simd_width_bits(pc._flop_fma, x, 1, c) == 64
     asm = pc.compiled_asm(pc._flop_fma, x, 1, c)
+    # twelve a loop body, however many bodies LLVM unrolls (znver4: 4 and a remainder loop, 60)
     if "fma" in pc.isa()["features"].split():
-        assert len(re.findall(r"\tvfmadd\w*sd\t", asm)) == 12
+        n = len(re.findall(r"\tvfmadd\w*sd\t", asm))
+        assert n >= 12 and n % 12 == 0, n
+        assert not re.findall(r"\t\w*mulsd\t", asm)        # every multiply contracted into an FMA
     else:
-        assert len(re.findall(r"\t\w*mulsd\t", asm)) == 12
+        n = len(re.findall(r"\t\w*mulsd\t", asm))
+        assert n >= 12 and n % 12 == 0, n
 
 
 def test_compute_model_reads_the_fma_rate():
