@@ -83,6 +83,45 @@ _ROUND_SPAN = {"before the memory probe": (0.0, 0.0), "after the memory probe": 
                "after the fetch probe": (_PHASES["fetch"][1],) * 2}
 
 
+#: where the aliasing probe's rounds run in a node probe, and how many at each (quick, full: 5 and 15
+#: in all): spread over the last part of the node probe rather than back to back at its end. Why: on the Zen 4 VM of 2 Dec 2026 the probe's ratio of an aliased
+#: loop's time to an unaliased one's agreed within a few points over its 15 rounds (about a minute)
+#: and moved from probe to probe (the medians of twelve probes from -0.03 to +6.9 in L3 with both
+#: cores busy), and by hand it moved with the minute, not with the buffer (bench/results/README.md):
+#: a state of the host, which one minute of rounds samples once
+ALIAS_ROUND_PLACES = (("after the memory probe", (2, 5)), ("after the overlap probe", (2, 5)),
+                      ("after the fetch probe", (1, 5)))
+
+
+class _AliasChunks:
+    """The aliasing probe's rounds, run a chunk at a time at :data:`ALIAS_ROUND_PLACES` (numbered on
+    across the chunks, a new buffer each); ``table()`` once all have run (the model: alias_model)."""
+
+    #: the progress bar's span at each place (standing still before the last, so it never runs back)
+    _SPAN = {"after the memory probe": (_PHASES["compute"][1],) * 2, "after the overlap probe": (_PHASES["overlap"][1],) * 2,
+             "after the fetch probe": _PHASES["alias"]}
+
+    def __init__(self, quick: bool, progress: Progress | None):
+        self._quick, self._progress, self._tables = quick, progress, []
+        self._done = 0
+
+    def run(self, place: str, caches) -> None:
+        from probes import alias as pa
+
+        n = dict(ALIAS_ROUND_PLACES)[place][0 if self._quick else 1]
+        lo, hi = self._SPAN[place]
+
+        def report(f: float, msg: str) -> None:
+            if self._progress:
+                self._progress(lo + (hi - lo) * min(max(f, 0.0), 1.0), f"{msg} ({place})")
+        res = pa.run(alias_levels(caches), quick=self._quick, rounds=n, first_round=self._done, progress=report)
+        self._tables.append(pd.DataFrame(res["rows"]))
+        self._done += n
+
+    def table(self) -> pd.DataFrame:
+        return RAW_TABLES["alias"].coerce(pd.concat(self._tables, ignore_index=True))
+
+
 class _ComputeRounds:
     """The compute probe's rounds, run one at a time at COMPUTE_ROUND_PLACES; ``rows()`` numbers
     the repetitions of each point across all of them (the best-of rule pools them)."""
@@ -363,15 +402,22 @@ def alias_model(rows: pd.DataFrame, statistic: str = "best") -> AliasModel | Non
                       stall_allcores_s=tuple(float(st[(lv, n_all)]) for lv in allc))
 
 
+def alias_levels(caches) -> list[tuple[str, int, int]]:
+    """The aliasing probe's levels (probes/alias.py ``run``): (name, size_bytes, shared_by_cores)
+    of the data cache levels of ``caches`` (CacheLevel, smallest first)."""
+    from .capacity import is_data_level
+
+    return [(c.name, int(c.size_bytes), int(c.shared_by_cores)) for c in caches if is_data_level(c.name)]
+
+
 def measure_alias(caches, *, quick: bool, progress: Progress | None = None, passes: int = 1, gap_s: float = 0.0,
                   statistic: str = "best") -> tuple[AliasModel | None, pd.DataFrame | None]:
     """The 4 KiB-aliasing probe at a working set in each data cache level of ``caches``
     (CacheLevel, smallest first) and in memory, on one core and on all: (model, raw table).
     ``passes``: run it that many times, ``gap_s`` apart, the rounds of all pooled (numbered on)."""
     from probes import alias as pa
-    from .capacity import is_data_level
 
-    levels = [(c.name, int(c.size_bytes), int(c.shared_by_cores)) for c in caches if is_data_level(c.name)]
+    levels = alias_levels(caches)
     tables = []
     sub = _sub(progress, "alias")
     for k in range(max(int(passes), 1)):
@@ -410,17 +456,19 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     t = pm.tables(bw, lat)
     raw = {"bandwidth": RAW_TABLES["bandwidth"].coerce(pd.DataFrame(t["bandwidth"])),
            "latency": RAW_TABLES["latency"].coerce(pd.DataFrame(t["latency"]))}
-    if compute.run("after the memory probe"):
-        noise.run()
-    t2 = time.monotonic()
-    isa = pc.isa()
-
+    # the caches first: the aliasing probe's working sets follow them
     curves = curves_from_raw(raw["bandwidth"], window=p.window, rule=p.stop_rule)
     latency = latency_from_raw(raw["latency"], window=p.window, rule=p.stop_rule)
     oc, src = os_caches(n_cores)
     fit = fit_node(curves, latency, n_cores=n_cores, os_view=oc, os_source=src)
     if not oc:
         warnings.append("no cache information from the OS (sysfs, lscpu): cache geometry from the measured plateaus only")
+    alias_chunks = _AliasChunks(quick, progress)
+    if compute.run("after the memory probe"):
+        noise.run()
+    alias_chunks.run("after the memory probe", fit.caches)
+    t2 = time.monotonic()
+    isa = pc.isa()
     # the overlap probe: one working set per level, memory- to compute-bound (pmac.overlap)
     rows = []
     sizes = pm.overlap_working_sets([c.size_bytes for c in fit.caches])
@@ -433,13 +481,16 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
     raw["overlap"] = RAW_TABLES["overlap"].coerce(pd.DataFrame(rows))
     if compute.run("after the overlap probe"):
         noise.run()
+    alias_chunks.run("after the overlap probe", fit.caches)
     fetch, fetch_raw, fetch_warnings, fetch_details = measure_fetch(quick=quick, progress=progress)
     warnings += fetch_warnings
     if fetch_raw is not None:
         raw["fetch"] = fetch_raw
     if compute.run("after the fetch probe"):
         noise.run()
-    alias, raw["alias"] = measure_alias(fit.caches, quick=quick, progress=progress)
+    alias_chunks.run("after the fetch probe", fit.caches)
+    raw["alias"] = alias_chunks.table()
+    alias = alias_model(raw["alias"])
     raw["compute"] = compute.rows()
     raw["noise"] = noise.table()
     # the node once every compute round has run (the model is fitted on all of them)
@@ -455,8 +506,10 @@ def measure_node(*, quick: bool, progress: Progress | None = None, memory_params
         "os_caches": {"source": src, "levels": [dataclasses.asdict(c) for c in oc]},
         "fit_notes": list(fit.notes),
         "fetch_probe": fetch_details,
-        "phase_duration_s": {"memory_and_compute_round_1": round(t1 - t0, 1), "compute_round_2": round(t2 - t1, 1),
-                             "overlap_and_fetch_and_compute_rounds_3_4": round(t3 - t2, 1)},
+        "alias_probe": {"rounds_at": {place: n[0 if quick else 1] for place, n in ALIAS_ROUND_PLACES}},
+        "phase_duration_s": {"memory_and_compute_round_1": round(t1 - t0, 1),
+                             "compute_round_2_and_alias_rounds_1": round(t2 - t1, 1),
+                             "overlap_and_fetch_and_compute_rounds_3_4_and_alias_rounds_2_3": round(t3 - t2, 1)},
     }
     return node, raw, warnings, details
 

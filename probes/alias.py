@@ -28,6 +28,9 @@ numba thread a core, each sweeping its own pair of arrays; a shared level's work
 them), interleaved in rounds (each round times both placements of every working set and core count,
 each the best of ``REPEATS`` timed calls of at least ``ELEMENTS_PER_CALL`` elements a core).
 
+``pmac probe`` runs the rounds in chunks spread over the last part of its node probe, a fresh buffer
+each (pmac.probe.ALIAS_ROUND_PLACES: one block of rounds samples a shared host's state once).
+
 Why all cores: an MPI job runs a rank on every core, and the stall is not the same then. On a
 Cascade Lake VM (28 Nov 2026, the ten passes of ``pmac probe --add-alias machines/clx-vm.yaml
 --rounds 10 --gap 50``) an aliased load in L3 cost 0.16-0.32 ns with both cores sweeping and
@@ -151,16 +154,18 @@ def core_counts() -> tuple[int, ...]:
 
 
 def run(levels: list[tuple[str, int, int]], *, quick: bool = False, progress=None,
-        cores: tuple[int, ...] | None = None) -> dict:
+        cores: tuple[int, ...] | None = None, rounds: int | None = None, first_round: int = 0) -> dict:
     """Rows (level, n_cores, working_set_bytes, round, placement, seconds_per_element_s) and the
     derived stall per aliased load, ``{(level, n_cores): seconds}``; plain data (module docstring).
-    ``levels``: (name, size_bytes, shared_by_cores) of the data cache levels, smallest first."""
+    ``levels``: (name, size_bytes, shared_by_cores) of the data cache levels, smallest first.
+    ``rounds``: how many (default :data:`ROUNDS`), numbered from ``first_round`` (a caller that runs
+    the rounds in chunks spread over a longer probe, pmac.probe.measure_node, numbers them on)."""
     cores = cores or core_counts()
     if max(cores) > 1:
         numba.set_num_threads(max(cores))
     sets = {c: working_sets(levels, c) for c in cores}
     buf = _Buffer(max(b for c in cores for _, b in sets[c]), max(cores))
-    rounds = ROUNDS[0] if quick else ROUNDS[1]
+    rounds = (ROUNDS[0] if quick else ROUNDS[1]) if rounds is None else int(rounds)
     rows = []
     for k in range(rounds):
         if progress:
@@ -168,7 +173,7 @@ def run(levels: list[tuple[str, int, int]], *, quick: bool = False, progress=Non
         for c in cores:
             for level, ws in sets[c]:
                 for placement, off in (("aliased", ALIASED_OFFSET), ("apart", APART_OFFSET)):
-                    rows.append({"level": level, "n_cores": c, "working_set_bytes": ws, "round": k,
+                    rows.append({"level": level, "n_cores": c, "working_set_bytes": ws, "round": first_round + k,
                                  "placement": placement, "seconds_per_element_s": buf.time_element(ws, off, c)})
     if progress:
         progress(1.0, "4 KiB aliasing done")

@@ -324,6 +324,16 @@ def test_profile_written_and_reloaded(probed):
     med = fr[fr["pattern"] == "random"].groupby("footprint_bytes")["seconds_per_line_s"].median()
     assert f.line_random_s == tuple(float(med[int(x)]) for x in f.footprint_bytes)
     prov = back.provenance
+    # the aliasing probe: its rounds in chunks after the memory, the overlap and the fetch probe
+    # (quick: 2, 2 and 1), numbered on across them, and the model fitted on all of them
+    from pmac.probe import alias_model
+    ar = load_raw(back, path)["alias"]
+    assert sorted(set(ar["round"])) == [0, 1, 2, 3, 4]
+    places = [m.rsplit(" (", 1)[-1].rstrip(")") for _, m in msgs if m.startswith("4 KiB aliasing")]
+    assert list(dict.fromkeys(places)) == ["after the memory probe", "after the overlap probe", "after the fetch probe"]
+    assert prov["alias_probe"] == {"rounds_at": {"after the memory probe": 2, "after the overlap probe": 2,
+                                                 "after the fetch probe": 1}}
+    assert back.node.alias == alias_model(ar)
     for key in ("cpu_model", "n_cores", "mpi_library", "numba_version", "transparent_hugepage", "isa",
                 "os_caches", "created_utc", "command", "parameters"):
         assert key in prov, key
