@@ -84,11 +84,12 @@ _ROUND_SPAN = {"before the memory probe": (0.0, 0.0), "after the memory probe": 
 
 
 #: where the aliasing probe's rounds run in a node probe, and how many at each (quick, full: 5 and 15
-#: in all): spread over the last part of the node probe rather than back to back at its end. Why: on the Zen 4 VM of 2 Dec 2026 the probe's ratio of an aliased
-#: loop's time to an unaliased one's agreed within a few points over its 15 rounds (about a minute)
-#: and moved from probe to probe (the medians of twelve probes from -0.03 to +6.9 in L3 with both
-#: cores busy), and by hand it moved with the minute, not with the buffer (bench/results/README.md):
-#: a state of the host, which one minute of rounds samples once
+#: in all): spread over the last part of the node probe rather than back to back at its end. Why: on
+#: the Zen 4 VM of 2 Dec 2026 the probe's ratio of an aliased loop's time to an unaliased one's
+#: agreed within a few points over its 15 rounds (about a minute) and moved from probe to probe (the
+#: medians of twelve probes from -0.03 to +6.9 in L3 with both cores busy), and by hand it moved with
+#: the minute, not with the buffer (bench/results/README.md): a state of the host, which one minute
+#: of rounds samples once
 ALIAS_ROUND_PLACES = (("after the memory probe", (2, 5)), ("after the overlap probe", (2, 5)),
                       ("after the fetch probe", (1, 5)))
 
@@ -423,11 +424,9 @@ def measure_alias(caches, *, quick: bool, progress: Progress | None = None, pass
     for k in range(max(int(passes), 1)):
         if k:
             time.sleep(max(float(gap_s), 0.0))
-        res = pa.run(levels, quick=quick, progress=lambda f, msg, k=k: sub((k + f) / max(int(passes), 1),
-                                                                          f"pass {k + 1}: {msg}"))
-        t = pd.DataFrame(res["rows"])
-        t["round"] += sum(len(x["round"].unique()) for x in tables)
-        tables.append(t)
+        res = pa.run(levels, quick=quick, first_round=sum(len(x["round"].unique()) for x in tables),
+                     progress=lambda f, msg, k=k: sub((k + f) / max(int(passes), 1), f"pass {k + 1}: {msg}"))
+        tables.append(pd.DataFrame(res["rows"]))
     raw = RAW_TABLES["alias"].coerce(pd.concat(tables, ignore_index=True))
     return alias_model(raw, statistic), raw
 
