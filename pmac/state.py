@@ -252,15 +252,16 @@ def with_loop_reps(raw: dict, seconds: np.ndarray, busy_seconds: np.ndarray | No
 
     seconds = _positive(seconds, "loop")
     comp = raw["compute"]
+    def rows(probe: str, param: float, values: np.ndarray) -> pd.DataFrame:
+        return pd.DataFrame({"probe": probe, "param": param, "rep": np.arange(values.size), "value": values})
+
     drop = _loop_rows(comp)
-    new = [pd.DataFrame({"probe": "branch", "param": 0.0, "rep": np.arange(seconds.size), "value": seconds})]
+    new = [rows("branch", 0.0, seconds)]
     if busy_seconds is not None and (comp["probe"] == "all:branch").any():
         busy_seconds = _positive(busy_seconds, "busy loop")
         n_busy = float(comp.loc[comp["probe"] == "all:branch", "param"].max())
         drop |= comp["probe"].isin(("all:branch", "alone:branch"))
-        extra = [pd.DataFrame({"probe": "alone:branch", "param": 1.0, "rep": np.arange(seconds.size), "value": seconds}),
-                 pd.DataFrame({"probe": "all:branch", "param": n_busy, "rep": np.arange(busy_seconds.size),
-                               "value": busy_seconds})]
+        extra = [rows("alone:branch", 1.0, seconds), rows("all:branch", n_busy, busy_seconds)]
         if "source" in comp.columns and comp["source"].nunique() > 1:
             extra = [e.assign(source=int(comp["source"].max()) + 1) for e in extra]
         new += extra
